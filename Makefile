@@ -1,0 +1,48 @@
+# feedpipe: the two commands are `make demo` and `make test`; both install on first use.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+STAMP := $(VENV)/.installed
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYTHONDONTWRITEBYTECODE :=
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: install demo test lint typecheck unit lock bench clean
+
+install: $(STAMP)
+
+# The venv is built from PyPI alone (pip runs isolated from the machine's configuration);
+# uv installs the locked set, then the project itself in editable mode.
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --isolated --disable-pip-version-check -q uv==$(UV_VERSION)
+	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	@touch $(STAMP)
+
+lock:
+	@test -x $(BIN)/uv || { $(PY) -m venv $(VENV) && $(BIN)/python -m pip install --isolated -q uv==$(UV_VERSION); }
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 \
+	    --custom-compile-command "make lock" -o requirements.lock
+
+demo: $(STAMP)
+	$(BIN)/python -m jobs.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not slow"
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf var build *.egg-info .pytest_cache .mypy_cache .ruff_cache

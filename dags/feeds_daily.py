@@ -1,0 +1,102 @@
+"""
+### feeds_daily
+
+Every day, for the logical date `ds`, feedpipe runs its six stages in order, each as its own
+Spark application submitted with `spark-submit` to the master of the `feedpipe_spark`
+connection (`local[*]` on the embedded default):
+
+`ingest` -> `rates` -> `plan` -> `materialize` -> `validate` -> `publish`
+
+Tasks pass nothing but the date: stages read and write tables under the warehouse
+(`FEEDPIPE_WAREHOUSE`, or `warehouse` in `feedpipe.toml`). A failed validation fails
+`validate_tables`, and `publish_day` does not run, so the day is never marked complete.
+
+Manual runs take two typed params: `strategy` (serve this strategy instead of the
+configured one) and `full_refresh` (rebuild the feeds from all clean events).
+Backfills: `airflow backfill create --dag-id feeds_daily --from-date ... --to-date ...`
+(see docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param
+
+STAGES = ("ingest", "rates", "plan", "materialize", "validate", "publish")
+TASK_IDS = {
+    "ingest": "ingest_landing",
+    "rates": "estimate_rates",
+    "plan": "plan_views",
+    "materialize": "materialize_feeds",
+    "validate": "validate_tables",
+    "publish": "publish_day",
+}
+STRATEGY_CHOICES = [None, "auto", "push-all", "pull-all", "ff-per-pair", "ff-consumer"]
+
+
+def _entry_point() -> str:
+    """The file spark-submit runs: ``jobs/__main__.py`` of the installed package."""
+    spec = importlib.util.find_spec("jobs")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the feedpipe package (jobs) is not installed on this worker")
+    return os.path.join(os.path.dirname(spec.origin), "__main__.py")
+
+
+def _stage_env() -> dict[str, str]:
+    python_bin = os.path.dirname(sys.executable)
+    return {
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "FEEDPIPE_STRATEGY": "{{ params.strategy or '' }}",
+    }
+
+
+with DAG(
+    dag_id="feeds_daily",
+    doc_md=__doc__,
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["feedpipe"],
+    params={
+        "strategy": Param(
+            None,
+            type=["null", "string"],
+            enum=STRATEGY_CHOICES,
+            description="Serve this strategy (empty: use the configuration, normally auto).",
+        ),
+        "full_refresh": Param(
+            False, type="boolean", description="Rebuild feeds from all clean events."
+        ),
+    },
+    default_args={
+        "retries": 2,
+        "retry_delay": pendulum.duration(minutes=2),
+        "execution_timeout": pendulum.duration(hours=3),
+    },
+) as dag:
+    previous = None
+    for stage in STAGES:
+        args = [stage, "--ds", "{{ ds }}"]
+        if stage == "materialize":
+            args.append("--full-refresh={{ params.full_refresh | string | lower }}")
+        task = SparkSubmitOperator(
+            task_id=TASK_IDS[stage],
+            conn_id="feedpipe_spark",
+            application=_entry_point(),
+            application_args=args,
+            name=f"feedpipe-{stage}-{{{{ ds }}}}",
+            driver_memory=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
+            env_vars=_stage_env(),
+            retries=0 if stage == "validate" else 2,  # a failed expectation is not transient
+        )
+        if previous is not None:
+            previous >> task
+        previous = task

@@ -1,0 +1,265 @@
+"""The ``feedpipe`` command line (also ``python -m jobs``, and the spark-submit entry point).
+
+Verbs: generate, run, backfill, ingest, rates, plan, materialize, validate, publish, feed,
+report, config. Settings come from ``--config``/``FEEDPIPE_CONFIG``, then ``FEEDPIPE_*``
+variables, then the flags below, later ones winning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from jobs.common.config import STRATEGIES, ConfigError, Settings, load_settings
+
+log = logging.getLogger("feedpipe")
+
+SETTING_FLAGS: dict[str, tuple[str, type, str]] = {
+    "landing": ("--landing", str, "landing root (local path or s3://)"),
+    "warehouse": ("--warehouse", str, "warehouse root (local path or s3://)"),
+    "spark_master": ("--spark-master", str, "Spark master when not launched by spark-submit"),
+    "push_cost": ("--push-cost", float, "H, cost of one event pushed into one view"),
+    "pull_cost": ("--pull-cost", float, "L, cost of one source read at view time"),
+    "feed_k": ("--feed-k", int, "events per feed (k)"),
+    "rate_window_days": ("--rate-window-days", int, "days of history behind each rate"),
+    "strategy": ("--strategy", str, f"auto or one of: {', '.join(STRATEGIES)}"),
+    "coherency": ("--coherency", str, "global"),
+}
+
+
+def _date(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {value!r}") from exc
+
+
+def _flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+
+
+def _settings_parent() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("settings (override feedpipe.toml and FEEDPIPE_* variables)")
+    g.add_argument("--config", help="a feedpipe.toml file (default: $FEEDPIPE_CONFIG)")
+    for name, (flag, typ, text) in SETTING_FLAGS.items():
+        g.add_argument(flag, dest=f"set_{name}", type=typ, help=text)
+    g.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    g.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jobs.generate import FORMATS, PROFILES
+
+    common = _settings_parent()
+    parser = argparse.ArgumentParser(
+        prog="feedpipe",
+        description="Decide push vs pull per follow edge every day and materialize the feeds.",
+    )
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    g = sub.add_parser(
+        "generate", parents=[common], help="write a synthetic workload in the landing layout"
+    )
+    g.add_argument("--out", required=True, help="landing root to write (local path or s3://)")
+    g.add_argument("--start", required=True, type=_date, help="first day (YYYY-MM-DD)")
+    g.add_argument("--days", type=int, default=1, help="number of days (default 1)")
+    g.add_argument("--profile", choices=sorted(PROFILES), default="ff2010", help="workload shape")
+    g.add_argument("--scale", type=float, default=1.0, help="population multiplier (default 1)")
+    g.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    g.add_argument("--format", choices=FORMATS, help="file format for all three tables")
+    g.add_argument("--gzip", action="store_true", help="gzip CSV / JSON Lines files")
+
+    for stage, text in (
+        ("ingest", "landing files of one day -> clean tables + quarantine"),
+        ("rates", "producer and consumer rates over the trailing window"),
+        ("plan", "cost every strategy, serve one: edge plan, sources, views"),
+        ("materialize", "producer, view and consumer feeds as of the end of the day"),
+        ("validate", "Great Expectations suites over the day's tables"),
+        ("publish", "write the manifest and mark the day complete"),
+    ):
+        sp = sub.add_parser(stage, parents=[common], help=text)
+        sp.add_argument("--ds", required=True, type=_date, help="logical date (YYYY-MM-DD)")
+        if stage == "materialize":
+            sp.add_argument(
+                "--full-refresh",
+                nargs="?",
+                const=True,
+                default=False,
+                type=_flag,
+                help="rebuild from all clean events (also --full-refresh=true|false)",
+            )
+
+    r = sub.add_parser("run", parents=[common], help="all stages for one day")
+    r.add_argument("--ds", required=True, type=_date)
+    r.add_argument(
+        "--full-refresh", action="store_true", help="rebuild feeds from all clean events"
+    )
+
+    b = sub.add_parser(
+        "backfill", parents=[common], help="all stages for each day of a range, in order"
+    )
+    b.add_argument("--start", required=True, type=_date)
+    b.add_argument("--end", required=True, type=_date)
+    b.add_argument("--full-refresh", action="store_true")
+
+    f = sub.add_parser("feed", parents=[common], help="print assembled feeds (no Spark)")
+    who = f.add_mutually_exclusive_group(required=True)
+    who.add_argument("--consumer", help="one consumer id")
+    who.add_argument("--consumers", help="a file with one consumer id per line (JSON Lines out)")
+    f.add_argument("--ds", type=_date, help="day (default: the latest published day)")
+    f.add_argument("--k", type=int, help="events per feed (default: the materialized k)")
+    f.add_argument("--format", choices=("table", "json"), default="table")
+
+    rep = sub.add_parser("report", parents=[common], help="print a day's plan cost report")
+    rep.add_argument("--ds", type=_date, help="day (default: the latest published day)")
+
+    sub.add_parser("config", parents=[common], help="print the effective configuration")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {name: getattr(args, f"set_{name}", None) for name in SETTING_FLAGS}
+    return load_settings(args.config, overrides)
+
+
+def _latest_or(ds: dt.date | None, settings: Settings) -> dt.date:
+    if ds is not None:
+        return ds
+    from jobs.common.storage import Storage
+    from jobs.publish import latest
+
+    found = latest(Storage.at(settings.warehouse))
+    if found is None:
+        raise ConfigError(f"no published day in {settings.warehouse}; pass --ds")
+    return found
+
+
+def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.common.storage import Storage
+    from jobs.generate import PROFILES, generate, scaled
+
+    profile = scaled(PROFILES[args.profile], args.scale)
+    formats = dict.fromkeys(("follows", "events", "views"), args.format) if args.format else None
+    stats = generate(
+        Storage.at(args.out), args.start, args.days, profile, args.seed, formats, args.gzip
+    )
+    for s in stats:
+        print(
+            f"{s.ds}  edges={s.edges}  follow_rows={s.follow_rows}  "
+            f"events={s.events}  views={s.views}"
+        )
+    print(f"landing written to {Storage.at(args.out).uri()}")
+    return 0
+
+
+def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.reader import FeedReader, feed_json, format_table
+
+    ds = _latest_or(args.ds, settings)
+    reader = FeedReader(settings.warehouse, ds)
+    if not reader.published:
+        print(
+            f"feedpipe: warning: {ds} is not published (validation or publish pending)",
+            file=sys.stderr,
+        )
+    if args.consumer is not None:
+        feed = reader.feeds([args.consumer], args.k)[args.consumer]
+        print(
+            json.dumps(feed_json(feed))
+            if args.format == "json"
+            else format_table(args.consumer, feed)
+        )
+        return 0
+    with open(args.consumers, encoding="utf-8") as fh:
+        ids = [line.rstrip("\r\n") for line in fh if line.strip()]
+    for i in range(0, len(ids), 2000):
+        chunk = ids[i : i + 2000]
+        feeds = reader.feeds(chunk, args.k)
+        for c in chunk:
+            print(json.dumps({"consumer_id": c, "feed": feed_json(feeds[c])}))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.report import text_report
+
+    print(text_report(settings, _latest_or(args.ds, settings)))
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    verb = args.verb
+    if verb == "config":
+        print(json.dumps(settings.as_dict(), indent=2))
+        return 0
+    if verb == "generate":
+        return cmd_generate(args, settings)
+    if verb == "feed":
+        return cmd_feed(args, settings)
+    if verb == "report":
+        return cmd_report(args, settings)
+    from jobs import stages
+
+    result: Any
+    if verb == "run":
+        result = stages.run_day(settings, args.ds, full_refresh=args.full_refresh)
+    elif verb == "backfill":
+        result = stages.backfill(settings, args.start, args.end, args.full_refresh)
+    else:
+        result = stages.run_stage(
+            verb, settings, args.ds, full_refresh=getattr(args, "full_refresh", False)
+        )
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def known_errors() -> tuple[type[BaseException], ...]:
+    from jobs.common.storage import StorageError
+    from jobs.common.tables import ContractError
+    from jobs.publish import PublishRefused
+    from jobs.reader import FeedError
+    from jobs.validate import ValidationFailed
+
+    return (
+        ConfigError,
+        ContractError,
+        StorageError,
+        PublishRefused,
+        FeedError,
+        ValidationFailed,
+        FileNotFoundError,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    for noisy in ("py4j", "great_expectations", "urllib3", "botocore"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    try:
+        return dispatch(args)
+    except known_errors() as exc:
+        print(f"feedpipe: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

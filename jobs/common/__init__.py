@@ -1,0 +1,1 @@
+"""Shared plumbing: configuration, Spark session, storage layout and table I/O."""

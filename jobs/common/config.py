@@ -1,0 +1,165 @@
+"""Typed, frozen configuration.
+
+Sources, later ones winning: built-in defaults, a TOML file (``--config`` or
+``FEEDPIPE_CONFIG``), ``FEEDPIPE_<NAME>`` environment variables, command-line flags.
+Nothing here reads the clock or touches storage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STRATEGIES: tuple[str, ...] = (
+    "push-all",
+    "pull-all",
+    "ff-per-pair",
+    "ff-consumer",
+)
+"""Strategies this release computes; ``auto`` serves the cheapest of the enabled ones."""
+
+COHERENCY_MODES = ("global",)
+
+
+class ConfigError(ValueError):
+    """A setting is missing, malformed or out of range."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Effective configuration of one run. Field names map to ``FEEDPIPE_<NAME>``."""
+
+    landing: str = "var/landing"
+    warehouse: str = "var/warehouse"
+    spark_master: str = "local[*]"
+    push_cost: float = 3.0
+    """H: cost of writing one event into one materialized view."""
+    pull_cost: float = 1.0
+    """L: cost of reading one source (view or producer stream) at view time."""
+    feed_k: int = 20
+    rate_window_days: int = 7
+    strategy: str = "auto"
+    coherency: str = "global"
+    strategies: tuple[str, ...] = STRATEGIES
+    """Strategies computed and costed each day (``auto`` picks among these)."""
+    prior_hours: float = 24.0
+    """Strength of the rate prior, in hours of observation at the population mean rate."""
+    rate_floor: float = 1e-3
+    """Lower bound (per hour) of the prior rate, so no id ever has rate 0."""
+    max_lateness_days: int = 30
+    """Events whose created_at is older than this many days before ds are quarantined."""
+    shuffle_partitions: int = 8
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.push_cost <= 0 or self.pull_cost <= 0:
+            raise ConfigError("push_cost (H) and pull_cost (L) must be positive")
+        if self.feed_k < 1:
+            raise ConfigError("feed_k must be at least 1")
+        if self.rate_window_days < 1:
+            raise ConfigError("rate_window_days must be at least 1")
+        if self.prior_hours < 0 or self.rate_floor <= 0:
+            raise ConfigError("prior_hours must be >= 0 and rate_floor > 0")
+        if self.max_lateness_days < 0:
+            raise ConfigError("max_lateness_days must be >= 0")
+        if self.shuffle_partitions < 1:
+            raise ConfigError("shuffle_partitions must be at least 1")
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        if unknown or not self.strategies:
+            raise ConfigError(
+                f"unknown strategies {unknown}; known: {', '.join(STRATEGIES)}"
+                if unknown
+                else "at least one strategy must be enabled"
+            )
+        if self.strategy != "auto" and self.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"strategy must be 'auto' or one of {', '.join(STRATEGIES)}, got {self.strategy!r}"
+            )
+        if self.coherency not in COHERENCY_MODES:
+            raise ConfigError(
+                f"coherency must be one of {', '.join(COHERENCY_MODES)}, got {self.coherency!r}"
+            )
+
+    @property
+    def threshold(self) -> float:
+        """H/L, the push threshold of Feeding Frenzy's Lemmas 1 and 2."""
+        return self.push_cost / self.pull_cost
+
+    @property
+    def served_strategies(self) -> tuple[str, ...]:
+        """Strategies to compute: the enabled ones plus a forced one if not among them."""
+        if self.strategy == "auto" or self.strategy in self.strategies:
+            return self.strategies
+        return (*self.strategies, self.strategy)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["strategies"] = list(self.strategies)
+        out["spark_conf"] = dict(self.spark_conf)
+        return out
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Turn a TOML/env/flag value into the field's type, with a clear error."""
+    default = _FIELDS[name].default
+    try:
+        if name == "strategies":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            return tuple(str(v) for v in value)
+        if name == "spark_conf":
+            if isinstance(value, str):
+                pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+                return {k.strip(): v.strip() for k, v in pairs}
+            return {str(k): str(v) for k, v in dict(value).items()}
+        if isinstance(default, bool):
+            return str(value).lower() in {"1", "true", "yes", "on"}
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {name!r}: cannot use value {value!r} ({exc})") from exc
+
+
+def load_settings(
+    config_path: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Defaults, then the TOML file, then ``FEEDPIPE_*`` variables, then ``overrides``."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    path = config_path or env.get("FEEDPIPE_CONFIG")
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"configuration file not found: {path}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from exc
+        for key, value in data.items():
+            name = key.replace("-", "_")
+            if name not in _FIELDS:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+            values[name] = _coerce(name, value)
+    for name in _FIELDS:
+        env_value = env.get(f"FEEDPIPE_{name.upper()}")
+        if env_value is not None and env_value != "":
+            values[name] = _coerce(name, env_value)
+    for name, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if name not in _FIELDS:
+            raise ConfigError(f"unknown setting {name!r}")
+        values[name] = _coerce(name, value)
+    return Settings(**values)

@@ -1,0 +1,53 @@
+"""The one place a SparkSession is built (always from an entry point, never at import)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from jobs.common.config import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def spark_defaults(settings: Settings) -> dict[str, str]:
+    """Settings every stage relies on; ``settings.spark_conf`` may override any of them."""
+    conf = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.sql.parquet.compression.codec": "zstd",
+        # readers outside Spark (pyarrow, DuckDB, pandas) get UTC-adjusted timestamps
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.driver.memory": "3g",
+        "spark.ui.enabled": "false",
+        "spark.log.level": "WARN",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    conf.update(settings.spark_conf)
+    return conf
+
+
+def launched_by_spark_submit() -> bool:
+    """True inside a driver started by ``spark-submit`` (it owns master and memory)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(settings: Settings, app_name: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if not launched_by_spark_submit():
+        builder = builder.master(settings.spark_master)
+    for key, value in spark_defaults(settings).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    log.info("spark session %s on %s", app_name, spark.conf.get("spark.master", "?"))
+    return spark

@@ -1,0 +1,183 @@
+"""Table contracts (``schemas/<layer>/<table>/v1.json``) and partition-wise Parquet I/O.
+
+Every write goes through :func:`write_partition`: the frame is conformed to its contract
+(columns, order, types; a missing column is an error), written to a hidden staging folder
+and swapped in as ``ds=<date>`` in one rename. Reruns replace exactly their own partition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs.common.storage import Storage, ds_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+
+class ContractError(ValueError):
+    """A frame or file does not match its table contract."""
+
+
+def schemas_root() -> Path:
+    """The ``schemas/`` folder (beside the ``jobs`` package; ``FEEDPIPE_SCHEMAS`` overrides)."""
+    env = os.environ.get("FEEDPIPE_SCHEMAS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "schemas"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    nullable: bool
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Contract:
+    layer: str
+    name: str
+    version: int
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    sort_by: tuple[str, ...]
+    files: str
+    required: tuple[str, ...]
+    doc: str
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def schema(self) -> StructType:
+        from pyspark.sql.types import StructType
+
+        ddl = ", ".join(f"`{c.name}` {c.type}" for c in self.columns)
+        struct = StructType.fromDDL(ddl)
+        assert isinstance(struct, StructType)
+        nullable = {c.name: c.nullable for c in self.columns}
+        for f in struct.fields:
+            f.nullable = nullable[f.name]
+        return struct
+
+    def parts(self, ds: dt.date | None = None, table: str | None = None) -> tuple[str, ...]:
+        """Path parts below the warehouse root (``table`` names a quarantine table)."""
+        base = (self.layer, table or self.name)
+        return (*base, ds_dir(ds)) if ds else base
+
+
+@functools.cache
+def contract(layer: str, name: str, version: int = 1) -> Contract:
+    path = schemas_root() / layer / name / f"v{version}.json"
+    try:
+        spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ContractError(f"no contract {layer}/{name} v{version} at {path}") from exc
+    cols = tuple(
+        Column(c["name"], c["type"], bool(c["nullable"]), c.get("doc", "")) for c in spec["columns"]
+    )
+    return Contract(
+        layer=layer,
+        name=name,
+        version=int(spec["version"]),
+        columns=cols,
+        key=tuple(spec.get("key", ())),
+        sort_by=tuple(spec.get("sort_by", ())),
+        files=spec.get("files", "range"),
+        required=tuple(spec.get("required", [c.name for c in cols if not c.nullable])),
+        doc=spec.get("doc", ""),
+    )
+
+
+def conform(df: DataFrame, c: Contract) -> DataFrame:
+    """Select the contract's columns in order, cast to its types; missing ones are an error."""
+    from pyspark.sql import functions as F
+
+    missing = [n for n in c.column_names if n not in df.columns]
+    if missing:
+        raise ContractError(f"{c.layer}/{c.name}: missing columns {missing} (have {df.columns})")
+    return df.select(*[F.col(col.name).cast(col.type).alias(col.name) for col in c.columns])
+
+
+def write_partition(
+    df: DataFrame,
+    storage: Storage,
+    c: Contract,
+    ds: dt.date,
+    *,
+    files: int = 4,
+    table: str | None = None,
+) -> None:
+    """Write ``df`` as partition ``ds`` of table ``c``, replacing it atomically."""
+    from pyspark.sql import functions as F
+
+    out = conform(df, c)
+    if c.files == "single" or files <= 1:
+        out = out.coalesce(1)
+    elif c.sort_by:
+        out = out.repartitionByRange(files, F.col(c.sort_by[0]))
+    if c.sort_by:
+        out = out.sortWithinPartitions(*c.sort_by)
+    final = c.parts(ds, table)
+    staged = storage.staging_dir(*final)
+    out.write.mode("overwrite").parquet(storage.spark_path(*staged))
+    storage.swap_in(staged, final)
+
+
+def has_partition(storage: Storage, c: Contract, ds: dt.date, table: str | None = None) -> bool:
+    return storage.is_dir(*c.parts(ds, table))
+
+
+def read_partition(
+    spark: SparkSession, storage: Storage, c: Contract, ds: dt.date, table: str | None = None
+) -> DataFrame:
+    """One partition with the contract's schema (no ``ds`` column)."""
+    path = c.parts(ds, table)
+    if not storage.is_dir(*path):
+        raise FileNotFoundError(
+            f"{c.layer}/{table or c.name} has no partition {ds} at "
+            f"{storage.uri(*path)}: run the stage that writes it first"
+        )
+    return spark.read.schema(c.schema()).parquet(storage.spark_path(*path))
+
+
+def read_partitions(
+    spark: SparkSession, storage: Storage, c: Contract, days: Iterable[dt.date]
+) -> DataFrame:
+    """Several partitions (those that exist), with a ``ds`` date column."""
+    from pyspark.sql import functions as F
+
+    present = [d for d in days if has_partition(storage, c, d)]
+    if not present:
+        return spark.createDataFrame([], c.schema()).withColumn("ds", F.lit(None).cast("date"))
+    paths = [storage.spark_path(*c.parts(d)) for d in present]
+    return (
+        spark.read.schema(c.schema())
+        .option("basePath", storage.spark_path(*c.parts()))
+        .parquet(*paths)
+        .withColumn(
+            "ds", F.to_date(F.regexp_extract(F.col("_metadata.file_path"), r"ds=([0-9-]{10})", 1))
+        )
+    )
+
+
+def empty_frame(spark: SparkSession, c: Contract) -> DataFrame:
+    return spark.createDataFrame([], c.schema())
+
+
+def check_columns(c: Contract, present: Sequence[str], where: str) -> None:
+    """A landing file must carry every required column of its contract."""
+    missing = [n for n in c.required if n not in present]
+    if missing:
+        raise ContractError(
+            f"{where}: missing required column(s) {', '.join(missing)} "
+            f"(found: {', '.join(present) or 'none'}; contract {c.layer}/{c.name} v{c.version})"
+        )

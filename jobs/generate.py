@@ -1,0 +1,430 @@
+"""Synthetic follows workloads in the landing layout.
+
+Profiles reproduce the papers' baseline workloads:
+
+* ``ff2010``: Feeding Frenzy (SIGMOD 2010), Section 5.1 and Table 2: 200,000 consumers,
+  67,921 producers, 5.1 producers per consumer (Zipf 0.62 fan-in), ~15 consumers per producer
+  (Zipf 0.39 fan-out), 1 event/hour per producer (Zipf 0.57), 5.8 views/hour per consumer
+  (Zipf 0.62).
+* ``cz2015``: Chen & Zhou, Table I: 30,000 users and 10,000 feeds (their "10x" basic size,
+  Section V.C), 6.5 feeds per user (Zipf 0.62), 0.1 events and 0.5 queries per interval (Zipf
+  0.57 / 0.62). We take one interval as 6 minutes (1 event/hour, 5 views/hour). Table I gives
+  no skew for feed popularity; we use Feeding Frenzy's 0.39.
+
+A Zipf(s) quantity over n ids gives the id of rank i the value ``mean * i**-s / avg(j**-s)``;
+ranks are assigned to ids by a seeded permutation, independently per quantity. The follow
+graph is drawn Chung-Lu style: consumer c gets ``d_c`` draws of producers with probability
+proportional to their fan-out weight; repeated draws and self-follows are dropped, so the
+realized degrees are slightly below the targets (the generator reports them).
+
+Day 1 writes a follows snapshot; later days write a change log (unfollows of existing edges
+and new follows, with timestamps). Every day writes events (Poisson per producer, uniform in
+the day) and views (Poisson per consumer). Output is streamed per block of ids, so memory stays
+far below the data size at ``--scale 1``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import io
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from jobs.common.storage import Storage, ds_dir
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("csv", "jsonl", "parquet")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    consumers: int
+    producers: int
+    producers_per_consumer: float
+    fan_in_zipf: float
+    fan_out_zipf: float
+    events_per_hour: float
+    event_zipf: float
+    views_per_hour: float
+    view_zipf: float
+    unfollow_share: float = 0.005
+    """Share of edges unfollowed per day after day 1 (as many new follows are added)."""
+    follows_format: str = "csv"
+    events_format: str = "parquet"
+    views_format: str = "parquet"
+
+
+PROFILES = {
+    "ff2010": Profile("ff2010", 200_000, 67_921, 5.1, 0.62, 0.39, 1.0, 0.57, 5.8, 0.62),
+    "cz2015": Profile("cz2015", 30_000, 10_000, 6.5, 0.62, 0.39, 1.0, 0.57, 5.0, 0.62),
+}
+
+
+def scaled(profile: Profile, scale: float) -> Profile:
+    """The same shape with ``scale`` times the consumers and producers."""
+    if scale <= 0:
+        raise ValueError("scale must be positive")
+    return replace(
+        profile,
+        consumers=max(2, round(profile.consumers * scale)),
+        producers=max(2, round(profile.producers * scale)),
+    )
+
+
+def zipf_values(n: int, s: float, mean: float, rng: np.random.Generator) -> np.ndarray:
+    """Values with Zipf(s) shape and the given mean, assigned to ids 0..n-1 at random."""
+    ranks = np.arange(1, n + 1, dtype=np.float64)
+    w = ranks**-s
+    values = mean * w / w.mean()
+    return values[rng.permutation(n)]
+
+
+def stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Round keeping the expectation: floor(x) plus 1 with probability frac(x)."""
+    base = np.floor(x)
+    return (base + (rng.random(x.shape) < (x - base))).astype(np.int64)
+
+
+def user_ids(idx: np.ndarray) -> np.ndarray:
+    """Ids in one user space (``u0000042``): a producer may also be a consumer."""
+    return np.char.add("u", np.char.zfill(idx.astype(str), 7))
+
+
+@dataclass
+class Population:
+    profile: Profile
+    fan_in: np.ndarray  # target producers per consumer
+    fan_out_w: np.ndarray  # producer popularity weights (sum 1)
+    event_rate: np.ndarray  # events per hour per producer
+    view_rate: np.ndarray  # views per hour per consumer
+
+    @classmethod
+    def draw(cls, profile: Profile, seed: int) -> Population:
+        rng = np.random.default_rng([seed, 0])
+        fan_in = zipf_values(
+            profile.consumers, profile.fan_in_zipf, profile.producers_per_consumer, rng
+        )
+        fan_out = zipf_values(profile.producers, profile.fan_out_zipf, 1.0, rng)
+        return cls(
+            profile=profile,
+            fan_in=fan_in,
+            fan_out_w=fan_out / fan_out.sum(),
+            event_rate=zipf_values(
+                profile.producers, profile.event_zipf, profile.events_per_hour, rng
+            ),
+            view_rate=zipf_values(
+                profile.consumers, profile.view_zipf, profile.views_per_hour, rng
+            ),
+        )
+
+    def draw_edges(
+        self, consumers: np.ndarray, degrees: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Edge keys ``consumer * P + producer`` (unique, no self-follows)."""
+        n_prod = self.profile.producers
+        prods = rng.choice(n_prod, size=int(degrees.sum()), p=self.fan_out_w)
+        cons = np.repeat(consumers, degrees)
+        keep = cons != prods  # consumer i and producer i are the same user
+        return np.unique(cons[keep].astype(np.int64) * n_prod + prods[keep])
+
+
+def _day_rng(seed: int, day: int, table: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 1 + day, table])
+
+
+def _uniform_times(day: dt.date, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Microsecond timestamps uniform within ``day`` (UTC)."""
+    start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
+    return start + rng.integers(0, 86_400 * 1_000_000, size=n, dtype=np.int64)
+
+
+def _ts_array(us: np.ndarray) -> pa.Array:
+    return pa.array(us, type=pa.timestamp("us", tz="UTC"))
+
+
+def _dict_ids(idx: np.ndarray, dictionary: pa.Array) -> pa.Array:
+    """Ids as a dictionary-encoded string column (no Python string per row)."""
+    return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), dictionary)
+
+
+class LandingWriter:
+    """Writes one table-day of the landing layout in a chosen file format."""
+
+    def __init__(self, storage: Storage, table: str, day: dt.date, fmt: str, gzip_text: bool):
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+        self.storage, self.fmt, self.gzip = storage, fmt, gzip_text and fmt != "parquet"
+        folder = (table, ds_dir(day))
+        storage.delete(*folder)
+        storage.fs.create_dir(storage.path(*folder), recursive=True)
+        ext = {"csv": "csv", "jsonl": "jsonl", "parquet": "parquet"}[fmt] + (
+            ".gz" if self.gzip else ""
+        )
+        self.path = storage.path(*folder, f"part-00000.{ext}")
+        self.rows = 0
+        self._pq: pq.ParquetWriter | None = None
+        self._text: io.BufferedIOBase | None = None
+        self._raw = None
+
+    def write(self, batch: pa.Table) -> None:
+        self.rows += batch.num_rows
+        if self.fmt == "parquet":
+            if self._pq is None:
+                self._pq = pq.ParquetWriter(self.path, batch.schema, filesystem=self.storage.fs)
+            self._pq.write_table(batch)
+            return
+        if self._text is None:
+            self._raw = self.storage.fs.open_output_stream(self.path, compression=None)
+            self._text = gzip.GzipFile(fileobj=self._raw, mode="wb") if self.gzip else self._raw  # type: ignore[assignment]
+            if self.fmt == "csv":
+                self._write_csv(batch, header=True)
+                return
+        if self.fmt == "csv":
+            self._write_csv(batch, header=False)
+        else:
+            plain = batch.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in batch.schema]))
+            buf = io.StringIO()
+            plain.to_pandas().to_json(
+                buf, orient="records", lines=True, date_format="iso", date_unit="s"
+            )
+            text = buf.getvalue()
+            if text and not text.endswith("\n"):
+                text += "\n"
+            assert self._text is not None
+            self._text.write(text.encode("utf-8"))
+
+    def _write_csv(self, batch: pa.Table, header: bool) -> None:
+        plain = batch.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in batch.schema]))
+        cols = []
+        for name in plain.column_names:
+            col = plain[name]
+            if pa.types.is_timestamp(col.type):
+                col = pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ")
+            cols.append(col)
+        out = pa.table(cols, names=plain.column_names)
+        buf = io.BytesIO()
+        pacsv.write_csv(out, buf, pacsv.WriteOptions(include_header=header, quoting_style="needed"))
+        assert self._text is not None
+        self._text.write(buf.getvalue())
+
+    def close(self) -> None:
+        if self._pq is not None:
+            self._pq.close()
+        if self._text is not None:
+            self._text.close()
+            if self._raw is not None and self._raw is not self._text:
+                self._raw.close()
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+@dataclass
+class DayStats:
+    ds: dt.date
+    edges: int
+    follow_rows: int
+    events: int
+    views: int
+
+
+def generate(
+    storage: Storage,
+    start: dt.date,
+    days: int,
+    profile: Profile,
+    seed: int = 7,
+    formats: dict[str, str] | None = None,
+    gzip_text: bool = False,
+    block: int = 20_000,
+) -> list[DayStats]:
+    """Write ``days`` days of landing data from ``start``; returns per-day row counts."""
+    fmt = {
+        "follows": profile.follows_format,
+        "events": profile.events_format,
+        "views": profile.views_format,
+        **(formats or {}),
+    }
+    pop = Population.draw(profile, seed)
+    P, C = profile.producers, profile.consumers
+    consumer_ids = pa.array(user_ids(np.arange(C)))
+    producer_ids = pa.array(user_ids(np.arange(P)))
+    rng0 = np.random.default_rng([seed, 0, 1])
+    edges = pop.draw_edges(
+        np.arange(C), np.clip(stochastic_round(pop.fan_in, rng0), 1, P - 1), rng0
+    )
+    log.info("graph: %d consumers, %d producers, %d edges", C, P, edges.size)
+    stats = []
+    for i in range(days):
+        day = start + dt.timedelta(days=i)
+        if i == 0:
+            rows = _write_snapshot(
+                storage, day, edges, consumer_ids, producer_ids, P, fmt["follows"], gzip_text, seed
+            )
+        else:
+            edges, rows = _write_changes(
+                storage,
+                day,
+                i,
+                edges,
+                pop,
+                consumer_ids,
+                producer_ids,
+                fmt["follows"],
+                gzip_text,
+                seed,
+            )
+        n_events = _write_events(
+            storage, day, i, pop, producer_ids, fmt["events"], gzip_text, seed, block
+        )
+        n_views = _write_views(
+            storage, day, i, pop, consumer_ids, fmt["views"], gzip_text, seed, block
+        )
+        stats.append(DayStats(day, int(edges.size), rows, n_events, n_views))
+        log.info(
+            "%s: %d edges, %d follow rows, %d events, %d views",
+            day,
+            edges.size,
+            rows,
+            n_events,
+            n_views,
+        )
+    return stats
+
+
+def _edge_table(
+    keys: np.ndarray, P: int, cids: pa.Array, pids: pa.Array
+) -> tuple[pa.Array, pa.Array]:
+    return _dict_ids(keys // P, cids), _dict_ids(keys % P, pids)
+
+
+def _write_snapshot(storage, day, edges, cids, pids, P, fmt, gz, seed) -> int:
+    rng = _day_rng(seed, 0, 0)
+    w = LandingWriter(storage, "follows", day, fmt, gz)
+    c, p = _edge_table(edges, P, cids, pids)
+    start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
+    ts = start - rng.integers(1, 365 * 86_400 * 1_000_000, size=edges.size, dtype=np.int64)
+    w.write(pa.table({"consumer_id": c, "producer_id": p, "ts": _ts_array(ts)}))
+    w.close()
+    return w.rows
+
+
+def _write_changes(
+    storage, day, i, edges, pop, cids, pids, fmt, gz, seed
+) -> tuple[np.ndarray, int]:
+    rng = _day_rng(seed, i, 0)
+    P = pop.profile.producers
+    n = max(1, round(edges.size * pop.profile.unfollow_share))
+    gone = rng.choice(edges, size=min(n, edges.size), replace=False)
+    who = rng.choice(pop.profile.consumers, size=n, p=pop.fan_in / pop.fan_in.sum())
+    new = pop.draw_edges(np.sort(who), np.ones(n, dtype=np.int64), rng)
+    new = np.setdiff1d(new, edges)
+    # a few follows repeated within the day: the change log must treat them as idempotent
+    again = rng.choice(new, size=min(new.size, max(1, n // 50)), replace=False) if new.size else new
+    keys = np.concatenate([gone, new, again])
+    ops = np.array(["unfollow"] * gone.size + ["follow"] * (new.size + again.size))
+    ts = _uniform_times(day, keys.size, rng)
+    order = np.argsort(ts, kind="stable")
+    c, p = _edge_table(keys[order], P, cids, pids)
+    w = LandingWriter(storage, "follows", day, fmt, gz)
+    w.write(
+        pa.table(
+            {
+                "consumer_id": c,
+                "producer_id": p,
+                "ts": _ts_array(ts[order]),
+                "op": pa.array(ops[order]),
+            }
+        )
+    )
+    w.close()
+    edges = np.union1d(np.setdiff1d(edges, gone), new)
+    return edges, w.rows
+
+
+def _blocks(n: int, block: int) -> Iterator[np.ndarray]:
+    for lo in range(0, n, block):
+        yield np.arange(lo, min(n, lo + block))
+
+
+def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block) -> int:
+    rng = _day_rng(seed, i, 1)
+    w = LandingWriter(storage, "events", day, fmt, gz)
+    seq = 0
+    tag = day.strftime("%Y%m%d")
+    for ids in _blocks(pop.profile.producers, block):
+        counts = rng.poisson(pop.event_rate[ids] * 24.0)
+        prod = np.repeat(ids, counts)
+        n = prod.size
+        if n == 0:
+            continue
+        ts = _uniform_times(day, n, rng)
+        nums = np.arange(seq, seq + n)
+        seq += n
+        event_ids = np.char.add(f"ev-{tag}-", nums.astype(str))
+        payload = np.char.add("post ", nums.astype(str))
+        w.write(
+            pa.table(
+                {
+                    "event_id": pa.array(event_ids),
+                    "producer_id": _dict_ids(prod, pids),
+                    "created_at": _ts_array(ts),
+                    "payload": pa.array(payload),
+                }
+            )
+        )
+    if w.rows == 0:
+        w.write(_empty_events())
+    w.close()
+    return w.rows
+
+
+def _empty_events() -> pa.Table:
+    return pa.table(
+        {
+            "event_id": pa.array([], pa.string()),
+            "producer_id": pa.array([], pa.string()),
+            "created_at": pa.array([], pa.timestamp("us", tz="UTC")),
+            "payload": pa.array([], pa.string()),
+        }
+    )
+
+
+def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
+    rng = _day_rng(seed, i, 2)
+    w = LandingWriter(storage, "views", day, fmt, gz)
+    for ids in _blocks(pop.profile.consumers, block):
+        counts = rng.poisson(pop.view_rate[ids] * 24.0)
+        cons = np.repeat(ids, counts)
+        if cons.size == 0:
+            continue
+        w.write(
+            pa.table(
+                {
+                    "consumer_id": _dict_ids(cons, cids),
+                    "viewed_at": _ts_array(_uniform_times(day, cons.size, rng)),
+                }
+            )
+        )
+    if w.rows == 0:
+        w.write(
+            pa.table(
+                {
+                    "consumer_id": pa.array([], pa.string()),
+                    "viewed_at": pa.array([], pa.timestamp("us", tz="UTC")),
+                }
+            )
+        )
+    w.close()
+    return w.rows

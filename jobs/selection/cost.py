@@ -1,0 +1,148 @@
+"""The cost model (Chen & Zhou, Section III.C, Eq. 3-5), applied to any plan.
+
+A plan assigns every follow edge (c, p) a ``mode`` and a ``source_id``:
+
+* ``push``: p's events are written into c's personal feed (a view over c's pushed producers;
+  ``source_id`` = c);
+* ``pull``: c reads p's native stream at view time (``source_id`` = p);
+* ``view``: c reads a shared materialized view holding p (``source_id`` = the view id).
+
+Costs are per hour:
+
+* maintenance ``M(v) = H * sum_{p in v} phi_p`` (Eq. 4) for every personal feed and shared
+  view; native producer streams are kept anyway and cost nothing extra;
+* evaluation ``EV(c) = theta_c * L * |V_c|`` when c reads ``|V_c| > 1`` sources, else 0 (Eq. 3);
+* ``Cost = sum M + sum EV`` (Eq. 5).
+
+The latency proxy is ``|V_c|``, the number of sources a feed view reads, summarized as
+percentiles over feed views (each consumer weighted by theta_c).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+COST_DECIMALS = 6
+"""Costs are rounded so that reruns give identical rows (double sums depend on order)."""
+
+
+def sources_per_consumer(assignments: DataFrame) -> DataFrame:
+    """Per (strategy, consumer): theta, sources read |V_c|, and pushed event rate.
+
+    ``assignments``: strategy, consumer_id, producer_id, mode, source_id, phi, theta."""
+    from pyspark.sql import functions as F
+
+    is_push = F.col("mode") == "push"
+    return (
+        assignments.groupBy("strategy", "consumer_id")
+        .agg(
+            F.first("theta").alias("theta"),
+            F.sum(F.when(F.col("mode") == "pull", 1).otherwise(0)).alias("n_pull"),
+            F.sum(F.when(is_push, 1).otherwise(0)).alias("n_push"),
+            F.sum(F.when(F.col("mode") == "view", 1).otherwise(0)).alias("n_view_edges"),
+            F.count_distinct(F.when(F.col("mode") == "view", F.col("source_id"))).alias(
+                "n_views_read"
+            ),
+            F.sum(F.when(is_push, F.col("phi")).otherwise(0.0)).alias("push_phi"),
+        )
+        .withColumn(
+            "n_sources",
+            F.col("n_pull") + F.when(F.col("n_push") > 0, 1).otherwise(0) + F.col("n_views_read"),
+        )
+    )
+
+
+def weighted_percentiles(per_consumer: DataFrame, qs: Sequence[float]) -> DataFrame:
+    """Per strategy, the theta-weighted percentiles of ``n_sources`` (``sources_p<q>``).
+
+    The distribution is grouped by n_sources first, so the window runs over a few rows per
+    strategy, never over consumers."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    hist = per_consumer.groupBy("strategy", "n_sources").agg(F.sum("theta").alias("w"))
+    w_cum = (
+        Window.partitionBy("strategy")
+        .orderBy("n_sources")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    w_all = Window.partitionBy("strategy")
+    cdf = hist.withColumn("cum", F.sum("w").over(w_cum) / F.sum("w").over(w_all))
+    aggs = [
+        F.min(F.when(F.col("cum") >= F.lit(q - 1e-12), F.col("n_sources")))
+        .cast("double")
+        .alias(f"sources_p{round(q * 100)}")
+        for q in qs
+    ]
+    return cdf.groupBy("strategy").agg(*aggs)
+
+
+def plan_costs(
+    assignments: DataFrame,
+    view_members: DataFrame,
+    push_cost: float,
+    pull_cost: float,
+) -> DataFrame:
+    """One row per strategy: maintenance, evaluation and total cost, edge counts, latency.
+
+    ``view_members``: strategy, view_id, producer_id, phi (shared views only)."""
+    from pyspark.sql import functions as F
+
+    H, L = float(push_cost), float(pull_cost)
+    per_c = sources_per_consumer(assignments)
+    ev = F.when(F.col("n_sources") > 1, F.col("theta") * F.lit(L) * F.col("n_sources")).otherwise(
+        0.0
+    )
+    consumer_side = per_c.groupBy("strategy").agg(
+        F.sum(F.col("push_phi") * F.lit(H)).alias("feed_maintenance"),
+        F.sum(ev).alias("evaluation_cost"),
+        F.sum("n_push").alias("push_edges"),
+        F.sum("n_pull").alias("pull_edges"),
+        F.sum("n_view_edges").alias("view_edges"),
+        F.sum(F.when(F.col("n_push") > 0, 1).otherwise(0)).alias("personal_feeds"),
+        F.count("*").alias("consumers"),
+    )
+    view_side = view_members.groupBy("strategy").agg(
+        (F.sum("phi") * F.lit(H)).alias("view_maintenance"),
+        F.count_distinct("view_id").alias("shared_views"),
+    )
+    pct = weighted_percentiles(per_c, (0.50, 0.95, 0.99))
+    r = F.lit(COST_DECIMALS)
+    out = (
+        consumer_side.join(view_side, "strategy", "left")
+        .join(pct, "strategy", "left")
+        .select(
+            "strategy",
+            F.round(
+                F.col("feed_maintenance") + F.coalesce(F.col("view_maintenance"), F.lit(0.0)), r
+            ).alias("maintenance_cost"),
+            F.round(F.col("evaluation_cost"), r).alias("evaluation_cost"),
+            "push_edges",
+            "pull_edges",
+            "view_edges",
+            (F.col("personal_feeds") + F.coalesce(F.col("shared_views"), F.lit(0))).alias("views"),
+            "consumers",
+            "sources_p50",
+            "sources_p95",
+            "sources_p99",
+            F.lit(H).alias("push_cost"),
+            F.lit(L).alias("pull_cost"),
+        )
+    )
+    return out.withColumn(
+        "total_cost", F.round(F.col("maintenance_cost") + F.col("evaluation_cost"), r)
+    )
+
+
+def choose(costs: dict[str, float], order: Sequence[str], forced: str | None = None) -> str:
+    """The served strategy: ``forced``, else the cheapest (ties within 1e-9 relative go to
+    the earlier strategy in ``order``, so reruns choose the same)."""
+    if forced:
+        return forced
+    best = min(costs.values())
+    tol = 1e-9 * max(1.0, abs(best))
+    return next(s for s in order if s in costs and costs[s] <= best + tol)

@@ -1,0 +1,292 @@
+"""Stage ``validate``: Great Expectations suites over the day's tables, run inside Spark.
+
+Suites live in ``schemas/expectations/<name>.json``; each runs on a *check frame*: the table
+itself, or the table with derived columns that turn a relational property into a column
+expectation (feed order, edge coverage, row accounting, the cost gate). Writes
+``quality/ds=D/results.json`` and Data Docs (``quality/ds=D/docs/index.html``). Any failed
+expectation fails the stage, and ``publish`` refuses a day without passing results.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs.common.config import Settings
+from jobs.common.storage import Storage, ds_dir
+from jobs.common.tables import contract, read_partition, schemas_root
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+PURE = ("push-all", "pull-all")
+
+
+class ValidationFailed(RuntimeError):
+    """At least one expectation failed; the message summarises which."""
+
+
+def feed_order_check(feed: DataFrame, key: str) -> DataFrame:
+    """Adds ``order_ok``: ranks are 1..n without gaps and rank r+1 is older than rank r
+    (created_at descending, ties by event_id descending)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy(key).orderBy("rank")
+    prev_at, prev_id = F.lag("created_at").over(w), F.lag("event_id").over(w)
+    newer = (prev_at > F.col("created_at")) | (
+        (prev_at == F.col("created_at")) & (prev_id > F.col("event_id"))
+    )
+    ok = (F.col("rank") == F.row_number().over(w)) & (prev_at.isNull() | newer)
+    return feed.withColumn("order_ok", F.coalesce(ok, F.lit(False)))
+
+
+def edge_coverage_check(follows: DataFrame, edge_plan: DataFrame) -> DataFrame:
+    """One row per edge of graph or plan: ``plan_rows`` (plan rows for the edge, 0 if none)
+    and ``in_graph`` (the edge is a current follow)."""
+    from pyspark.sql import functions as F
+
+    plan = edge_plan.groupBy("consumer_id", "producer_id").agg(
+        F.count("*").alias("plan_rows"),
+        F.first("mode").alias("mode"),
+        F.first("source_id").alias("source_id"),
+    )
+    graph = follows.select("consumer_id", "producer_id", F.lit(True).alias("in_graph"))
+    return graph.join(plan, ["consumer_id", "producer_id"], "full_outer").select(
+        "consumer_id",
+        "producer_id",
+        F.coalesce("plan_rows", F.lit(0)).alias("plan_rows"),
+        F.coalesce("in_graph", F.lit(False)).alias("in_graph"),
+        F.coalesce("mode", F.lit("missing")).alias("mode"),
+        F.coalesce("source_id", F.lit("")).alias("source_id"),
+    )
+
+
+def rate_coverage_check(rates: DataFrame, graph_ids: DataFrame, id_col: str) -> DataFrame:
+    """Rates with ``covers_graph`` false on rows for graph ids that have no rate."""
+    from pyspark.sql import functions as F
+
+    ids = graph_ids.select(id_col).distinct().withColumn("_g", F.lit(True))
+    return (
+        rates.withColumn("_r", F.lit(True))
+        .join(ids, id_col, "full_outer")
+        .withColumn("covers_graph", F.col("_r").isNotNull())
+        .drop("_r", "_g")
+    )
+
+
+def cost_gate_check(plan_cost: DataFrame, auto: bool) -> DataFrame:
+    """One row: how many strategies are marked chosen, the served cost and, under ``auto``,
+    the cheaper of PushAll and PullAll (with a 1e-9 relative tolerance for rounding)."""
+    from pyspark.sql import functions as F
+
+    pure = F.col("strategy").isin(*PURE)
+    return plan_cost.agg(
+        F.sum(F.col("chosen").cast("int")).alias("chosen_count"),
+        F.max(F.when(F.col("chosen"), F.col("total_cost"))).alias("served_cost"),
+        F.min(F.when(pure, F.col("total_cost"))).alias("min_pure"),
+    ).select(
+        F.coalesce("chosen_count", F.lit(0)).alias("chosen_count"),
+        "served_cost",
+        (
+            F.col("min_pure") * F.lit(1 + 1e-9) + F.lit(1e-9)
+            if auto
+            else F.lit(None).cast("double")
+        ).alias("min_pure_cost"),
+    )
+
+
+def pushed_edge_check(consumer_feed: DataFrame, edge_plan: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    pushed = (
+        edge_plan.where(F.col("mode") == "push")
+        .select("consumer_id", "producer_id")
+        .withColumn("pushed_edge", F.lit(True))
+    )
+    return consumer_feed.join(pushed, ["consumer_id", "producer_id"], "left").withColumn(
+        "pushed_edge", F.coalesce("pushed_edge", F.lit(False))
+    )
+
+
+def accounting_check(
+    spark: SparkSession, wh: Storage, ds: dt.date, ingest: dict[str, Any]
+) -> DataFrame:
+    """Per landing table: rows_in (as read) vs clean + quarantined rows as written.
+
+    For follows the clean table is the whole graph, so the accepted count comes from ingest."""
+    rows = []
+    q = contract("quarantine", "rows")
+    for table, c in sorted(ingest["tables"].items()):
+        quarantined = read_partition(spark, wh, q, ds, table=table).count()
+        if table == "follows":
+            clean = int(c["clean"])
+        else:
+            clean = read_partition(spark, wh, contract("clean", table), ds).count()
+        rows.append((table, int(c["rows_in"]), clean + quarantined))
+    return spark.createDataFrame(rows, "table string, rows_in long, rows_accounted long")
+
+
+def check_frames(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, DataFrame]:
+    wh = Storage.at(settings.warehouse)
+    from pyspark.sql import functions as F
+
+    def t(layer: str, name: str) -> DataFrame:
+        return read_partition(spark, wh, contract(layer, name), ds)
+
+    follows, edge_plan = t("clean", "follows"), t("plan", "edge_plan")
+    frames = {
+        "clean.follows": follows.withColumn(
+            "not_self", F.col("consumer_id") != F.col("producer_id")
+        ),
+        "clean.events": t("clean", "events"),
+        "clean.views": t("clean", "views"),
+        "rates.producer_rates": rate_coverage_check(
+            t("rates", "producer_rates"), follows, "producer_id"
+        ),
+        "rates.consumer_rates": rate_coverage_check(
+            t("rates", "consumer_rates"), follows, "consumer_id"
+        ),
+        "plan.edge_plan": edge_coverage_check(follows, edge_plan),
+        "plan.plan_cost": cost_gate_check(t("plan", "plan_cost"), settings.strategy == "auto"),
+        "feeds.producer_feed": feed_order_check(t("feeds", "producer_feed"), "producer_id"),
+        "feeds.consumer_feed": pushed_edge_check(
+            feed_order_check(t("feeds", "consumer_feed"), "consumer_id"), edge_plan
+        ),
+        "feeds.view_feed": feed_order_check(t("feeds", "view_feed"), "view_id"),
+    }
+    stages = ("manifests", ds_dir(ds), "stages", "ingest.json")
+    if wh.exists(*stages):
+        frames["ingest.accounting"] = accounting_check(
+            spark, wh, ds, json.loads(wh.read_text(*stages))
+        )
+    return frames
+
+
+def load_suite(name: str) -> dict[str, Any]:
+    path = schemas_root() / "expectations" / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def validate_frames(
+    frames: dict[str, DataFrame], parameters: dict[str, Any], docs_dir: Path | None = None
+) -> dict[str, Any]:
+    """Run each frame's suite; returns {"success", "suites": {name: {...}}}. Pure of storage
+    (Data Docs go to ``docs_dir`` when given)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from pyspark import StorageLevel
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    actions: list[Any] = []
+    if docs_dir is not None:
+        ctx.add_data_docs_site(
+            site_name="feedpipe",
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": str(docs_dir),
+                },
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+        actions = [gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["feedpipe"])]
+    source = ctx.data_sources.add_spark("feedpipe")
+    out: dict[str, Any] = {"success": True, "suites": {}}
+    for name, frame in sorted(frames.items()):
+        spec = load_suite(name)
+        suite = ctx.suites.add(
+            gx.ExpectationSuite(name=name, expectations=spec["expectations"], meta=spec.get("meta"))
+        )
+        batch_def = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("ds")
+        vd = ctx.validation_definitions.add(
+            gx.ValidationDefinition(name=name, data=batch_def, suite=suite)
+        )
+        checkpoint = ctx.checkpoints.add(
+            gx.Checkpoint(
+                name=f"check_{name}",
+                validation_definitions=[vd],
+                actions=actions,
+                result_format="SUMMARY",
+            )
+        )
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        result = checkpoint.run(
+            batch_parameters={"dataframe": frame}, expectation_parameters=parameters
+        )
+        frame.unpersist()
+        (vr,) = result.run_results.values()
+        failed = []
+        for r in vr.results:
+            cfg = r.expectation_config
+            if r.success or cfg is None:
+                continue
+            failed.append(
+                {
+                    "expectation": cfg.type,
+                    "kwargs": {k: v for k, v in cfg.kwargs.items() if k != "batch_id"},
+                    "unexpected_count": (r.result or {}).get("unexpected_count"),
+                    "observed_value": (r.result or {}).get("observed_value"),
+                }
+            )
+        out["suites"][name] = {
+            "success": bool(vr.success),
+            "expectations": len(vr.results),
+            "failed": failed,
+        }
+        out["success"] = out["success"] and bool(vr.success)
+        log.info("suite %s: %s", name, "passed" if vr.success else f"FAILED {failed}")
+    return out
+
+
+def _copy_tree(local: Path, wh: Storage, *dest: str) -> None:
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            rel = path.relative_to(local).as_posix()
+            target = wh.path(*dest, rel)
+            wh.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            with wh.fs.open_output_stream(target) as f:
+                f.write(path.read_bytes())
+
+
+def summary(results: dict[str, Any]) -> str:
+    lines = []
+    for name, r in results["suites"].items():
+        if r["success"]:
+            continue
+        for f in r["failed"]:
+            detail = (
+                f"{f['unexpected_count']} unexpected"
+                if f["unexpected_count"] is not None
+                else f"observed {f['observed_value']}"
+            )
+            lines.append(f"{name}: {f['expectation']} {f['kwargs']} ({detail})")
+    return "\n".join(lines)
+
+
+def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+    wh = Storage.at(settings.warehouse)
+    frames = check_frames(spark, settings, ds)
+    quality = ("quality", ds_dir(ds))
+    with tempfile.TemporaryDirectory(prefix="feedpipe-docs-") as tmp:
+        results = validate_frames(frames, {"feed_k": settings.feed_k}, Path(tmp))
+        wh.delete(*quality, "docs")
+        _copy_tree(Path(tmp), wh, *quality, "docs")
+    results["ds"] = ds.isoformat()
+    wh.write_text(json.dumps(results, indent=2, default=str), *quality, "results.json")
+    if not results["success"]:
+        raise ValidationFailed(f"validation failed for {ds}:\n{summary(results)}")
+    return {
+        "success": True,
+        "suites": len(results["suites"]),
+        "docs": wh.uri(*quality, "docs", "index.html"),
+    }

@@ -1,0 +1,155 @@
+"""Decision rules and the cost model on a graph small enough to work by hand.
+
+Producers: p1 (phi=1), p2 (phi=4), p3 (phi=0.5). H=3, L=1, so H/L=3.
+Consumers: c1 (theta=6) follows p1, p2; c2 (theta=3) follows p1; c3 (theta=1.5) follows p1, p2, p3.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.plan import consumer_sources
+from jobs.selection import cost, feeding_frenzy
+
+H, L = 3.0, 1.0
+PHI = {"p1": 1.0, "p2": 4.0, "p3": 0.5}
+THETA = {"c1": 6.0, "c2": 3.0, "c3": 1.5}
+FOLLOWS = [("c1", "p1"), ("c1", "p2"), ("c2", "p1"), ("c3", "p1"), ("c3", "p2"), ("c3", "p3")]
+
+
+@pytest.fixture
+def edges(spark):
+    follows = spark.createDataFrame(FOLLOWS, "consumer_id string, producer_id string")
+    pr = spark.createDataFrame(list(PHI.items()), "producer_id string, events_per_hour double")
+    cr = spark.createDataFrame(list(THETA.items()), "consumer_id string, views_per_hour double")
+    return feeding_frenzy.edge_inputs(follows, pr, cr)
+
+
+def modes(df) -> dict[tuple[str, str], str]:
+    return {(r.consumer_id, r.producer_id): r.mode for r in df.collect()}
+
+
+def test_edge_inputs_ratio_and_lemma2_sums(edges):
+    rows = {(r.consumer_id, r.producer_id): r for r in edges.collect()}
+    assert rows[("c1", "p2")].ratio == pytest.approx(1.5)
+    assert rows[("c3", "p2")].ratio == pytest.approx(0.375)
+    # Lemma 2 compares theta with the sum of the consumer's producers' rates
+    assert rows[("c1", "p1")].phi_sum == pytest.approx(5.0)
+    assert rows[("c2", "p1")].phi_sum == pytest.approx(1.0)
+    assert rows[("c3", "p3")].phi_sum == pytest.approx(5.5)
+
+
+def test_ff_per_pair_is_lemma1_with_push_at_the_threshold(edges):
+    got = modes(feeding_frenzy.ff_per_pair(edges, H / L))
+    assert got == {
+        ("c1", "p1"): "push",  # 6/1 >= 3
+        ("c1", "p2"): "pull",  # 6/4 < 3
+        ("c2", "p1"): "push",  # 3/1 == 3: push at the threshold (Lemma 1 uses >=)
+        ("c3", "p1"): "pull",
+        ("c3", "p2"): "pull",
+        ("c3", "p3"): "push",  # 1.5/0.5 == 3
+    }
+
+
+@pytest.mark.parametrize(("theta", "expected"), [(2.999, "pull"), (3.0, "push"), (3.001, "push")])
+def test_lemma1_around_the_threshold(spark, theta, expected):
+    follows = spark.createDataFrame([("c", "p")], "consumer_id string, producer_id string")
+    pr = spark.createDataFrame([("p", 1.0)], "producer_id string, events_per_hour double")
+    cr = spark.createDataFrame([("c", theta)], "consumer_id string, views_per_hour double")
+    e = feeding_frenzy.edge_inputs(follows, pr, cr)
+    assert modes(feeding_frenzy.ff_per_pair(e, 3.0)) == {("c", "p"): expected}
+
+
+def test_ff_consumer_is_lemma2(edges):
+    got = modes(feeding_frenzy.ff_consumer(edges, H / L))
+    # c1: 6 < 3*5 -> pull all; c2: 3 >= 3*1 -> push; c3: 1.5 < 3*5.5 -> pull all
+    assert got == {
+        ("c1", "p1"): "pull",
+        ("c1", "p2"): "pull",
+        ("c2", "p1"): "push",
+        ("c3", "p1"): "pull",
+        ("c3", "p2"): "pull",
+        ("c3", "p3"): "pull",
+    }
+
+
+def test_source_ids_name_the_feed_or_the_producer(edges):
+    rows = feeding_frenzy.ff_per_pair(edges, H / L).collect()
+    for r in rows:
+        assert r.source_id == (r.consumer_id if r.mode == "push" else r.producer_id)
+
+
+def _costs(spark, edges):
+    stacked = (
+        feeding_frenzy.push_all(edges)
+        .unionByName(feeding_frenzy.pull_all(edges))
+        .unionByName(feeding_frenzy.ff_per_pair(edges, H / L))
+        .unionByName(feeding_frenzy.ff_consumer(edges, H / L))
+    )
+    members = spark.createDataFrame(
+        [], "strategy string, view_id string, producer_id string, phi double"
+    )
+    return {r.strategy: r.asDict() for r in cost.plan_costs(stacked, members, H, L).collect()}
+
+
+def test_costs_worked_by_hand(spark, edges):
+    c = _costs(spark, edges)
+    # FF-PerPair: c1 push{p1} pull{p2}: M=3*1, EV=6*1*2; c2 push{p1}: M=3, EV=0 (one source);
+    # c3 push{p3} pull{p1,p2}: M=3*0.5, EV=1.5*1*3
+    assert c["ff-per-pair"]["maintenance_cost"] == pytest.approx(7.5)
+    assert c["ff-per-pair"]["evaluation_cost"] == pytest.approx(16.5)
+    assert c["ff-per-pair"]["total_cost"] == pytest.approx(24.0)
+    # PushAll: H * sum over edges of phi = 3 * (5 + 1 + 5.5); every consumer reads one source
+    assert c["push-all"]["total_cost"] == pytest.approx(34.5)
+    assert c["push-all"]["evaluation_cost"] == 0
+    # PullAll: c1 reads 2 sources (12), c2 one source (free), c3 three (4.5)
+    assert c["pull-all"]["total_cost"] == pytest.approx(16.5)
+    assert c["pull-all"]["maintenance_cost"] == 0
+    # FF-Consumer: only c2 pushes (M=3); c1 and c3 pull everything (12 + 4.5)
+    assert c["ff-consumer"]["total_cost"] == pytest.approx(19.5)
+    assert c["ff-per-pair"]["push_edges"] == 3 and c["ff-per-pair"]["pull_edges"] == 3
+    assert (
+        c["push-all"]["views"] == 3
+        and c["pull-all"]["views"] == 0
+        and c["ff-consumer"]["views"] == 1
+    )
+
+
+def test_latency_percentiles_are_view_weighted(spark, edges):
+    c = _costs(spark, edges)
+    # ff-per-pair sources per consumer: c1 2 (theta 6), c2 1 (3), c3 3 (1.5); total weight 10.5
+    # CDF: 1 -> 3/10.5 = .29, 2 -> 9/10.5 = .86, 3 -> 1.0
+    assert (
+        c["ff-per-pair"]["sources_p50"],
+        c["ff-per-pair"]["sources_p95"],
+        c["ff-per-pair"]["sources_p99"],
+    ) == (
+        2.0,
+        3.0,
+        3.0,
+    )
+    assert (c["push-all"]["sources_p50"], c["push-all"]["sources_p99"]) == (1.0, 1.0)
+
+
+def test_choose_takes_the_cheapest_and_breaks_ties_by_order():
+    order = ["push-all", "pull-all", "ff-per-pair", "ff-consumer"]
+    assert (
+        cost.choose({"push-all": 34.5, "pull-all": 16.5, "ff-per-pair": 24.0}, order) == "pull-all"
+    )
+    assert cost.choose({"push-all": 10.0, "ff-per-pair": 10.0 + 1e-12}, order) == "push-all"
+    assert (
+        cost.choose({"push-all": 10.0, "ff-per-pair": 9.0}, order, forced="push-all") == "push-all"
+    )
+
+
+def test_consumer_sources_one_row_per_source(spark, edges):
+    plan = feeding_frenzy.ff_per_pair(edges, H / L)
+    got = sorted(tuple(r) for r in consumer_sources(plan).collect())
+    assert got == [
+        ("c1", "consumer_feed", "c1"),
+        ("c1", "producer", "p2"),
+        ("c2", "consumer_feed", "c2"),
+        ("c3", "consumer_feed", "c3"),
+        ("c3", "producer", "p1"),
+        ("c3", "producer", "p2"),
+    ]
