@@ -13,7 +13,6 @@ import datetime as dt
 import logging
 import sys
 import time
-from pathlib import Path
 
 from jobs.common.config import load_settings
 from jobs.common.storage import Storage
