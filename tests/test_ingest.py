@@ -1,0 +1,252 @@
+"""Ingest on hand-written landing files: every format, messy ids, bad rows, accounting."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import ingest
+from jobs.common.storage import Storage
+from jobs.common.tables import ContractError, contract, read_partition
+
+D1, D2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
+ODD = 'o"neil, jr.'  # a quote and a comma inside an id
+UNI = "zoë-🦉"
+
+
+def put(root: Path, table: str, ds: dt.date, name: str, content: str | bytes) -> Path:
+    folder = root / table / f"ds={ds}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    path.write_bytes(gzip.compress(content) if name.endswith(".gz") else content)
+    return path
+
+
+def csv_line(*values: str) -> str:
+    return ",".join('"' + v.replace('"', '""') + '"' for v in values) + "\n"
+
+
+@pytest.fixture
+def day1(make_settings):
+    s = make_settings()
+    root = Path(s.landing)
+    put(
+        root,
+        "follows",
+        D1,
+        "snapshot.csv",
+        "consumer_id,producer_id,ts\n"
+        + csv_line("alice", ODD, "2026-02-01T00:00:00Z")
+        + csv_line("alice", UNI, "1767225600")
+        + csv_line(UNI, "alice", "2026-02-03 10:00:00")
+        + csv_line("bob", "bob", "2026-02-01T00:00:00Z")  # self-follow
+        + csv_line("", "alice", "2026-02-01T00:00:00Z")  # null key
+        + csv_line("alice", ODD, "2026-02-05T00:00:00Z"),  # repeated edge in a snapshot
+    )
+    events = [
+        {
+            "event_id": "e1",
+            "producer_id": ODD,
+            "created_at": "2026-03-01T08:00:00Z",
+            "payload": "hi",
+        },
+        {"event_id": "e2", "producer_id": UNI, "created_at": 1772352000},  # epoch, 2026-03-01 08:00
+        {
+            "event_id": "e3",
+            "producer_id": "alice",
+            "created_at": "2026-02-27T23:00:00+01:00",
+        },  # late
+        {"event_id": "e1", "producer_id": ODD, "created_at": "2026-03-01T08:00:00Z"},  # duplicate
+        {"event_id": "e4", "producer_id": "alice", "created_at": "2026-03-02T00:00:00Z"},  # future
+        {"event_id": "e5", "producer_id": "alice", "created_at": "yesterday"},  # bad timestamp
+        {"event_id": "e6", "producer_id": None, "created_at": "2026-03-01T09:00:00Z"},  # null key
+        {
+            "event_id": "e7",
+            "producer_id": "alice",
+            "created_at": "2025-01-01T00:00:00Z",
+        },  # too late
+    ]
+    put(
+        root,
+        "events",
+        D1,
+        "part-1.jsonl.gz",
+        "".join(json.dumps(e) + "\n" for e in events) + "{not json\n",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "producer_id": ["alice"],
+                "event_id": ["e8"],
+                "created_at": pa.array(
+                    [dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")
+                ),
+            }
+        ),
+        put(root, "events", D1, "more.parquet", b""),
+    )
+    put(
+        root,
+        "views",
+        D1,
+        "v.csv",
+        "consumer_id,viewed_at\n" + csv_line("alice", "2026-03-01T10:00:00Z") * 2,
+    )
+    put(root, "views", D1, "empty.csv", "consumer_id,viewed_at\n")  # header only
+    return s
+
+
+def counts(stats, table):
+    c = stats["tables"][table]
+    return c["rows_in"], c["clean"], c["duplicates"], c["quarantined"]
+
+
+def test_day_one_every_row_accounted_for(spark, day1):
+    stats = ingest.run(spark, day1, D1)
+    wh = Storage.at(day1.warehouse)
+    # follows: 6 rows = 3 clean + 1 repeated edge + self-follow + null key
+    assert counts(stats, "follows") == (6, 3, 1, 2)
+    assert stats["tables"]["follows"]["quarantine_reasons"] == {"null_key": 1, "self_follow": 1}
+    # events: 9 JSON lines + 1 Parquet row = 4 clean (e1, e2, e3 late but within bounds, e8)
+    # + 1 duplicate + 5 quarantined (future, bad ts, null key, too late, unparseable line)
+    assert counts(stats, "events") == (10, 4, 1, 5)
+    assert stats["tables"]["events"]["quarantine_reasons"] == {
+        "bad_timestamp": 1,
+        "future_timestamp": 1,
+        "null_key": 1,
+        "too_late": 1,
+        "unparseable_row": 1,
+    }
+    assert counts(stats, "views") == (2, 1, 1, 0)
+
+    graph = {
+        (r.consumer_id, r.producer_id): r.followed_at
+        for r in read_partition(spark, wh, contract("clean", "follows"), D1).collect()
+    }
+    assert set(graph) == {("alice", ODD), ("alice", UNI), (UNI, "alice")}
+    assert graph[("alice", ODD)] == dt.datetime(2026, 2, 1)  # the earliest row of a repeated edge
+    assert graph[("alice", UNI)] == dt.datetime(2026, 1, 1)  # epoch seconds 1767225600
+
+    events = {
+        r.event_id: r for r in read_partition(spark, wh, contract("clean", "events"), D1).collect()
+    }
+    assert set(events) == {"e1", "e2", "e3", "e8"}
+    assert events["e2"].created_at == dt.datetime(2026, 3, 1, 8)
+    assert events["e3"].created_at == dt.datetime(2026, 2, 27, 22)  # +01:00 converted to UTC
+    assert events["e1"].producer_id == ODD and events["e1"].payload == "hi"
+
+    q = read_partition(spark, wh, contract("quarantine", "rows"), D1, table="events").collect()
+    by_reason = {r.reason: r for r in q}
+    assert by_reason["unparseable_row"].raw == "{not json"
+    assert by_reason["future_timestamp"].source_file.endswith("part-1.jsonl.gz")
+    assert '"e4"' in by_reason["future_timestamp"].raw
+
+
+def test_change_log_applies_to_the_previous_graph(spark, day1):
+    ingest.run(spark, day1, D1)
+    put(
+        Path(day1.landing),
+        "follows",
+        D2,
+        "changes.jsonl",
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {
+                    "consumer_id": "alice",
+                    "producer_id": ODD,
+                    "ts": "2026-03-02T01:00:00Z",
+                    "op": "unfollow",
+                },
+                {
+                    "consumer_id": "carol",
+                    "producer_id": "alice",
+                    "ts": "2026-03-02T02:00:00Z",
+                    "op": "follow",
+                },
+                {
+                    "consumer_id": "carol",
+                    "producer_id": "alice",
+                    "ts": "2026-03-02T03:00:00Z",
+                    "op": "follow",
+                },
+                {
+                    "consumer_id": "carol",
+                    "producer_id": UNI,
+                    "ts": "2026-03-02T04:00:00Z",
+                    "op": "follow",
+                },
+                {
+                    "consumer_id": "carol",
+                    "producer_id": UNI,
+                    "ts": "2026-03-02T05:00:00Z",
+                    "op": "unfollow",
+                },
+                {
+                    "consumer_id": "dave",
+                    "producer_id": UNI,
+                    "ts": "2026-03-02T06:00:00Z",
+                    "op": "FOLLOW",
+                },
+                {
+                    "consumer_id": "dave",
+                    "producer_id": "x",
+                    "ts": "2026-03-02T06:00:00Z",
+                    "op": "like",
+                },
+                {"consumer_id": "dave", "producer_id": "y", "op": "follow"},
+            ]
+        ),
+    )
+    stats = ingest.run(spark, day1, D2)
+    # 8 rows: 4 winning changes, 2 superseded (repeated follow; follow then unfollow),
+    # 2 quarantined (unknown op, change without timestamp)
+    assert counts(stats, "follows") == (8, 4, 2, 2)
+    assert stats["tables"]["follows"]["quarantine_reasons"] == {"bad_op": 1, "missing_timestamp": 1}
+    wh = Storage.at(day1.warehouse)
+    graph = {
+        (r.consumer_id, r.producer_id): r.followed_at
+        for r in read_partition(spark, wh, contract("clean", "follows"), D2).collect()
+    }
+    assert set(graph) == {("alice", UNI), (UNI, "alice"), ("carol", "alice"), ("dave", UNI)}
+    assert graph[("carol", "alice")] == dt.datetime(2026, 3, 2, 3)  # the last change wins
+    assert graph[("alice", UNI)] == dt.datetime(2026, 1, 1)  # untouched edges keep their time
+    # no events or views landed on D2: empty, but present, partitions
+    assert read_partition(spark, wh, contract("clean", "events"), D2).count() == 0
+
+
+def test_rerun_gives_the_same_rows(spark, day1):
+    ingest.run(spark, day1, D1)
+    wh = Storage.at(day1.warehouse)
+    first = sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect())
+    ingest.run(spark, day1, D1)
+    assert sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect()) == first
+    assert len(list((Path(day1.warehouse) / "clean" / "events").iterdir())) == 1  # one partition
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("a.xml", "<x/>", "unknown file format"),
+        ("a.csv", "consumer_id,when\nu,2026-03-01\n", "missing required column"),
+        ("a.csv.gz", None, "cannot be decompressed"),
+        ("a.csv.bz2", "x", "unsupported compression"),
+        ("a.parquet", "not parquet", "not a readable Parquet file"),
+    ],
+)
+def test_bad_files_fail_with_the_file_and_the_problem(spark, make_settings, name, content, message):
+    s = make_settings()
+    folder = Path(s.landing) / "views" / f"ds={D1}"
+    folder.mkdir(parents=True)
+    (folder / name).write_bytes(b"\x1f\x8b\x08garbage" if content is None else content.encode())
+    with pytest.raises(ContractError, match=message) as err:
+        ingest.run(spark, s, D1)
+    assert name in str(err.value)
