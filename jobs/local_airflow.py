@@ -41,6 +41,7 @@ def airflow_env(
             "PYSPARK_PYTHON": sys.executable,
             "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
             "GX_ANALYTICS_ENABLED": "False",
+            "PYTHONWARNINGS": "ignore::UserWarning",
             "PYTHONDONTWRITEBYTECODE": "",
         }
     )

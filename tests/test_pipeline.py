@@ -136,3 +136,97 @@ def test_rerun_of_a_day_gives_the_same_rows(spark, incremental):
         assert table_rows(spark, s, *t, ds) == first[t], f"{t} changed on rerun"
     served = [r for r in table_rows(spark, s, "plan", "plan_cost", ds) if r[1]]
     assert len(served) == 1
+
+
+@pytest.fixture
+def built_copy(incremental, tmp_path) -> Settings:
+    """A private copy of the incremental warehouse, so a test may damage it."""
+    import shutil
+
+    target = tmp_path / "wh"
+    shutil.copytree(incremental.warehouse, target)
+    return Settings(**{**incremental.as_dict(), "warehouse": str(target), "strategy": "auto"})
+
+
+def test_validate_and_publish_a_good_day(spark, built_copy):
+    import json
+
+    ds = START + dt.timedelta(days=DAYS - 1)
+    stages.run_stage("plan", built_copy, ds, spark)  # serve auto: the cost gate applies
+    stages.run_stage("materialize", built_copy, ds, spark)
+    stages.run_stage("validate", built_copy, ds, spark)
+    stages.run_stage("publish", built_copy, ds, spark)
+    wh = Path(built_copy.warehouse)
+    manifest = json.loads((wh / "manifests" / f"ds={ds}" / "manifest.json").read_text())
+    assert (wh / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
+    assert (wh / "manifests" / "latest").read_text() == ds.isoformat()
+    assert (wh / "quality" / f"ds={ds}" / "docs" / "index.html").exists()
+    for table, c in manifest["input"].items():
+        assert c["rows_in"] == c["clean"] + c["duplicates"] + c["quarantined"], table
+    events_in = manifest["input"]["events"]["clean"]
+    assert manifest["tables"]["clean/events"]["rows"] == events_in
+    served = manifest["plan"]["served"]
+    costs = {r["strategy"]: r["total_cost"] for r in manifest["plan"]["strategies"]}
+    assert costs[served] == min(costs.values())
+
+
+def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_copy):
+    import pyarrow.parquet as pq
+
+    from jobs.publish import PublishRefused
+    from jobs.validate import ValidationFailed
+
+    ds = START + dt.timedelta(days=DAYS - 1)
+    folder = Path(built_copy.warehouse) / "feeds" / "consumer_feed" / f"ds={ds}"
+    files = sorted(folder.glob("*.parquet"))
+    table = pq.read_table(files[0])
+    rank = table.column("rank").to_pylist()
+    swapped = [rank[1], rank[0], *rank[2:]]  # two rows of one feed swap places: order broken
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("rank"), "rank", [swapped]), files[0]
+    )
+    with pytest.raises(ValidationFailed, match=r"feeds\.consumer_feed.*order_ok"):
+        stages.run_stage("validate", built_copy, ds, spark)
+    results = (Path(built_copy.warehouse) / "quality" / f"ds={ds}" / "results.json").read_text()
+    assert '"success": false' in results
+    with pytest.raises(PublishRefused, match="failed validation"):
+        stages.run_stage("publish", built_copy, ds, spark)
+    assert not (Path(built_copy.warehouse) / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
+
+
+def test_feed_command_line_json_shapes(workload, built_copy, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    ds = START + dt.timedelta(days=DAYS - 1)
+    expected = naive.feeds(workload, ds, START, K)
+    some = sorted(expected)[:5]
+    base = [
+        sys.executable,
+        "-m",
+        "jobs",
+        "feed",
+        "--ds",
+        str(ds),
+        "--warehouse",
+        built_copy.warehouse,
+    ]
+    one = subprocess.run(
+        [*base, "--consumer", some[0], "--format", "json"], capture_output=True, text=True
+    )
+    assert one.returncode == 0, one.stderr
+    items = json.loads(one.stdout)
+    assert [i["event_id"] for i in items] == expected[some[0]]
+    assert all(set(i) == {"event_id", "producer_id", "created_at"} for i in items)
+    assert all(i["created_at"].endswith("Z") for i in items)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(some) + "\n")
+    many = subprocess.run(
+        [*base, "--consumers", str(ids), "--k", "3"], capture_output=True, text=True
+    )
+    lines = [json.loads(line) for line in many.stdout.splitlines()]
+    assert [line["consumer_id"] for line in lines] == some
+    assert all(
+        [i["event_id"] for i in line["feed"]] == expected[line["consumer_id"]][:3] for line in lines
+    )

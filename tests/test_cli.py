@@ -1,0 +1,63 @@
+"""The command line contract other tools rely on (verbs, JSON shapes, errors)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jobs.cli import build_parser, main
+
+
+def feedpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs", *args], capture_output=True, text=True, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        "generate",
+        "run",
+        "backfill",
+        "ingest",
+        "rates",
+        "plan",
+        "materialize",
+        "validate",
+        "publish",
+        "feed",
+        "config",
+    ],
+)
+def test_every_verb_has_help(verb, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([verb, "--help"])
+    assert exit_.value.code == 0
+    assert "--config" in capsys.readouterr().out
+
+
+def test_config_prints_the_effective_settings(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "f.toml"
+    cfg.write_text("feed_k = 9\n")
+    monkeypatch.setenv("FEEDPIPE_CONFIG", str(cfg))
+    monkeypatch.setenv("FEEDPIPE_PUSH_COST", "2.5")
+    assert main(["config", "--pull-cost", "0.5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["feed_k"], out["push_cost"], out["pull_cost"]) == (9, 2.5, 0.5)
+
+
+def test_errors_are_one_line_not_a_traceback(tmp_path):
+    result = feedpipe("feed", "--consumer", "x", "--ds", "2026-01-01", "--warehouse", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.startswith("feedpipe: error: no feeds materialized for 2026-01-01")
+    assert "Traceback" not in result.stderr
+    bad = feedpipe("config", "--strategy", "fastest")
+    assert (
+        bad.returncode == 1 and "strategy must be" in bad.stderr and "Traceback" not in bad.stderr
+    )
+    bad_date = feedpipe("rates", "--ds", "yesterday")
+    assert bad_date.returncode == 2 and "not a date" in bad_date.stderr

@@ -1,0 +1,80 @@
+"""The workload generator: the papers' shapes, determinism, the landing layout."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs.common.storage import Storage
+from jobs.generate import PROFILES, Population, generate, scaled, zipf_values
+
+D = dt.date(2026, 1, 1)
+
+
+def digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def test_zipf_values_have_the_mean_and_the_skew():
+    rng = np.random.default_rng(0)
+    v = zipf_values(10_000, 0.62, 5.8, rng)
+    assert v.mean() == pytest.approx(5.8)
+    ranked = np.sort(v)[::-1]
+    # value of rank i is proportional to i**-s: the log-log slope is -s
+    slope = np.polyfit(np.log(np.arange(1, 10_001)), np.log(ranked), 1)[0]
+    assert slope == pytest.approx(-0.62, abs=1e-9)
+
+
+def test_ff2010_shape_at_a_small_scale(tmp_path):
+    profile = scaled(PROFILES["ff2010"], 0.02)  # 4,000 consumers, 1,358 producers
+    assert (profile.consumers, profile.producers) == (4000, 1358)
+    stats = generate(Storage.at(str(tmp_path)), D, 2, profile, seed=5)
+    follows = pd.read_csv(next((tmp_path / "follows" / f"ds={D}").iterdir()), dtype=str)
+    fan_in = follows.groupby("consumer_id").size()
+    fan_out = follows.groupby("producer_id").size()
+    # Table 2: 5.1 producers per consumer; a few percent of draws are repeats and are dropped
+    assert 4.7 < len(follows) / profile.consumers < 5.2
+    assert len(follows) / profile.producers == pytest.approx(15.0, rel=0.1)  # ~15 per producer
+    assert fan_out.max() > 5 * fan_out.median()  # skewed fan-out
+    assert (follows["consumer_id"] != follows["producer_id"]).all()
+    assert not follows.duplicated(["consumer_id", "producer_id"]).any()
+    assert fan_in.max() > 3 * fan_in.median()
+    ev = pd.read_parquet(tmp_path / "events" / f"ds={D}")
+    views = pd.read_parquet(tmp_path / "views" / f"ds={D}")
+    # 1 event/hour per producer and 5.8 views/hour per consumer on average, Poisson per day
+    assert len(ev) / (24 * profile.producers) == pytest.approx(1.0, rel=0.05)
+    assert len(views) / (24 * profile.consumers) == pytest.approx(5.8, rel=0.05)
+    assert ev["event_id"].is_unique
+    day_start = pd.Timestamp(D, tz="UTC")
+    assert ev["created_at"].between(day_start, day_start + pd.Timedelta(days=1)).all()
+    changes = pd.read_csv(
+        next((tmp_path / "follows" / f"ds={D + dt.timedelta(days=1)}").iterdir()), dtype=str
+    )
+    assert set(changes["op"]) == {"follow", "unfollow"}
+    assert stats[1].follow_rows == len(changes)
+
+
+def test_same_seed_same_files_other_seed_other_files(tmp_path):
+    profile = scaled(PROFILES["cz2015"], 0.02)
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        generate(Storage.at(str(tmp_path / name)), D, 2, profile, seed=seed)
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    assert digest(tmp_path / "a") != digest(tmp_path / "c")
+
+
+def test_cz2015_rates_follow_table_i():
+    pop = Population.draw(PROFILES["cz2015"], seed=1)
+    # 0.1 events and 0.5 queries per 6-minute interval
+    assert pop.event_rate.mean() == pytest.approx(1.0)
+    assert pop.view_rate.mean() == pytest.approx(5.0)
+    assert pop.fan_in.mean() == pytest.approx(6.5)
