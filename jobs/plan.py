@@ -66,10 +66,10 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
 
     vm_schema = "strategy string, view_id string, producer_id string, phi double"
     shared_members = spark.createDataFrame([], vm_schema)
-    costs = cost.plan_costs(stacked, shared_members, settings.push_cost, settings.pull_cost)
+    costs = cost.plan_costs(
+        stacked, shared_members, settings.push_cost, settings.pull_cost, settings.served_strategies
+    )
     rows = {r["strategy"]: r.asDict() for r in costs.collect()}  # one row per strategy
-    if not rows:  # an empty graph: every strategy costs nothing
-        rows = {s: {"strategy": s, "total_cost": 0.0} for s in settings.served_strategies}
     forced = None if settings.strategy == "auto" else settings.strategy
     order = [s for s in STRATEGIES if s in rows]
     chosen = cost.choose({s: r["total_cost"] for s, r in rows.items()}, order, forced)

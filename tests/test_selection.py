@@ -89,7 +89,10 @@ def _costs(spark, edges):
     members = spark.createDataFrame(
         [], "strategy string, view_id string, producer_id string, phi double"
     )
-    return {r.strategy: r.asDict() for r in cost.plan_costs(stacked, members, H, L).collect()}
+    names = ["push-all", "pull-all", "ff-per-pair", "ff-consumer"]
+    return {
+        r.strategy: r.asDict() for r in cost.plan_costs(stacked, members, H, L, names).collect()
+    }
 
 
 def test_costs_worked_by_hand(spark, edges):
@@ -153,3 +156,13 @@ def test_consumer_sources_one_row_per_source(spark, edges):
         ("c3", "producer", "p1"),
         ("c3", "producer", "p2"),
     ]
+
+
+def test_an_empty_graph_costs_nothing_under_every_strategy(spark):
+    empty = spark.createDataFrame([], "consumer_id string, producer_id string")
+    pr = spark.createDataFrame([], "producer_id string, events_per_hour double")
+    cr = spark.createDataFrame([], "consumer_id string, views_per_hour double")
+    e = feeding_frenzy.edge_inputs(empty, pr, cr)
+    got = _costs(spark, e)
+    assert set(got) == {"push-all", "pull-all", "ff-per-pair", "ff-consumer"}
+    assert all(r["total_cost"] == 0 and r["consumers"] == 0 for r in got.values())

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 COST_DECIMALS = 6
 """Costs are rounded so that reruns give identical rows (double sums depend on order)."""
@@ -86,8 +86,10 @@ def plan_costs(
     view_members: DataFrame,
     push_cost: float,
     pull_cost: float,
+    strategies: Sequence[str],
 ) -> DataFrame:
-    """One row per strategy: maintenance, evaluation and total cost, edge counts, latency.
+    """One row per strategy in ``strategies``: maintenance, evaluation and total cost, edge
+    counts, latency percentiles (null when there are no consumers).
 
     ``view_members``: strategy, view_id, producer_id, phi (shared views only)."""
     from pyspark.sql import functions as F
@@ -112,20 +114,26 @@ def plan_costs(
     )
     pct = weighted_percentiles(per_c, (0.50, 0.95, 0.99))
     r = F.lit(COST_DECIMALS)
+    names = assignments.sparkSession.createDataFrame([(s,) for s in strategies], "strategy string")
+
+    def zero(name: str) -> Column:
+        return F.coalesce(F.col(name), F.lit(0))
+
     out = (
-        consumer_side.join(view_side, "strategy", "left")
+        names.join(consumer_side, "strategy", "left")
+        .join(view_side, "strategy", "left")
         .join(pct, "strategy", "left")
         .select(
             "strategy",
-            F.round(
-                F.col("feed_maintenance") + F.coalesce(F.col("view_maintenance"), F.lit(0.0)), r
-            ).alias("maintenance_cost"),
-            F.round(F.col("evaluation_cost"), r).alias("evaluation_cost"),
-            "push_edges",
-            "pull_edges",
-            "view_edges",
-            (F.col("personal_feeds") + F.coalesce(F.col("shared_views"), F.lit(0))).alias("views"),
-            "consumers",
+            F.round(zero("feed_maintenance") + zero("view_maintenance"), r)
+            .cast("double")
+            .alias("maintenance_cost"),
+            F.round(zero("evaluation_cost"), r).cast("double").alias("evaluation_cost"),
+            zero("push_edges").alias("push_edges"),
+            zero("pull_edges").alias("pull_edges"),
+            zero("view_edges").alias("view_edges"),
+            (zero("personal_feeds") + zero("shared_views")).alias("views"),
+            zero("consumers").alias("consumers"),
             "sources_p50",
             "sources_p95",
             "sources_p99",
