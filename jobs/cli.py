@@ -81,6 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--format", choices=FORMATS, help="file format for all three tables")
     g.add_argument("--gzip", action="store_true", help="gzip CSV / JSON Lines files")
 
+    imp = sub.add_parser("import", parents=[common], help="a real data set into the landing layout")
+    imp.add_argument("name", choices=("snap-edges", "higgs"), help="importer")
+    imp.add_argument(
+        "--src", required=True, help="the edge list file (snap-edges) or folder (higgs)"
+    )
+    imp.add_argument("--out", required=True, help="landing root to write")
+    imp.add_argument(
+        "--ds", type=_date, default=dt.date(2026, 1, 1), help="day of the graph snapshot"
+    )
+    imp.add_argument("--reverse", action="store_true", help="edge A B means B follows A")
+    imp.add_argument(
+        "--activity-profile",
+        choices=sorted(PROFILES),
+        help="also generate events and views with this profile's rate distributions",
+    )
+    imp.add_argument("--days", type=int, default=1, help="days of generated activity")
+    imp.add_argument("--seed", type=int, default=7)
+
     for stage, text in (
         ("ingest", "landing files of one day -> clean tables + quarantine"),
         ("rates", "producer and consumer rates over the trailing window"),
@@ -164,6 +182,23 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from jobs.common.storage import Storage
+    from jobs.importers import import_higgs, import_snap_edges
+
+    out = Storage.at(args.out)
+    if args.name == "higgs":
+        result = import_higgs(Path(args.src), out)
+    else:
+        result = import_snap_edges(
+            Path(args.src), out, args.ds, args.reverse, args.activity_profile, args.days, args.seed
+        )
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
 def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.reader import FeedReader, feed_json, format_table
 
@@ -209,6 +244,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_generate(args, settings)
     if verb == "feed":
         return cmd_feed(args, settings)
+    if verb == "import":
+        return cmd_import(args, settings)
     if verb == "report":
         return cmd_report(args, settings)
     from jobs import stages
@@ -229,6 +266,7 @@ def dispatch(args: argparse.Namespace) -> int:
 def known_errors() -> tuple[type[BaseException], ...]:
     from jobs.common.storage import StorageError
     from jobs.common.tables import ContractError
+    from jobs.importers import SourceError
     from jobs.publish import PublishRefused
     from jobs.reader import FeedError
     from jobs.validate import ValidationFailed
@@ -237,6 +275,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
         ConfigError,
         ContractError,
         StorageError,
+        SourceError,
         PublishRefused,
         FeedError,
         ValidationFailed,

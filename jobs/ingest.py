@@ -4,15 +4,17 @@ Reads ``LANDING/<table>/ds=D/*`` (CSV with a header, JSON Lines or Parquet, opti
 gzip-compressed), types every column against ``schemas/landing/<table>/v1.json`` and sorts
 each input row into exactly one of: clean, duplicate, quarantined (with a reason code).
 Duplicates are also written to ``quarantine/<table>`` with reason ``duplicate``, so that
-``rows_in = clean + duplicates + quarantined`` can be checked from the tables alone.
+``rows_in = clean + duplicates + quarantined`` can be checked from the tables alone
+(``rows_in`` is counted on the files, the other terms on the written tables).
 
 Grain and keys of the outputs:
 * ``clean/follows``: the whole follow graph at the end of D, one row per (consumer, producer).
   A day with snapshot files (no ``op`` column) replaces the graph; change-log rows (with ``op``)
   are applied on top of the snapshot or of the previous day's graph, the last change per edge
   winning (ties on ``ts``: unfollow wins).
-* ``clean/events``: events arriving on D, unique by ``event_id``.
-* ``clean/views``: feed views on D, unique by (consumer_id, viewed_at).
+* ``clean/events``: events arriving on D, unique by ``event_id``, also across days: a late
+  event already ingested on an earlier day is a duplicate.
+* ``clean/views``: feed views on D (views have no key and are not deduplicated).
 
 Run: ``feedpipe ingest --ds 2026-01-01`` (or through ``spark-submit``/Airflow).
 """
@@ -38,6 +40,7 @@ from jobs.common.tables import (
     check_columns,
     contract,
     read_partition,
+    read_partitions,
     write_partition,
 )
 
@@ -159,7 +162,11 @@ def parse_timestamp(c: Column) -> Column:
 def _read_group(
     spark: SparkSession, storage: Storage, files: list[LandingFile], table: str
 ) -> DataFrame:
-    """Files of one format and one column layout -> string columns + ``_file``, ``_raw``."""
+    """Files of one format and one column layout -> one frame in the ingest layout.
+
+    Every contract column comes out as a string (null when absent); timestamp columns also
+    as ``<name>__ts``, the value of a Parquet timestamp column (null otherwise), so typed input
+    is never formatted and re-parsed. ``_corrupt_text`` holds a line that did not parse."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -167,12 +174,10 @@ def _read_group(
     wanted = c.column_names
     paths = [storage.spark_path(f.path) if not storage.is_local else f.path for f in files]
     fmt = files[0].fmt
+    corrupt = StructField("_corrupt_record", StringType())
     if fmt == "csv":
         header = files[0].columns
-        schema = StructType(
-            [StructField(n, StringType()) for n in header]
-            + [StructField("_corrupt_record", StringType())]
-        )
+        schema = StructType([StructField(n, StringType()) for n in header] + [corrupt])
         df = (
             spark.read.schema(schema)
             .option("header", True)
@@ -182,43 +187,59 @@ def _read_group(
             .csv(paths)
         )
         present = [n for n in header if n in wanted]
-        raw = F.coalesce(
-            F.col("_corrupt_record"), F.to_json(F.struct(*[F.col(f"`{n}`") for n in header]))
-        )
     elif fmt == "json":
-        fields = [StructField(n, StringType()) for n in wanted] + [
-            StructField("_corrupt_record", StringType())
-        ]
+        schema = StructType([StructField(n, StringType()) for n in wanted] + [corrupt])
         df = (
-            spark.read.schema(StructType(fields))
+            spark.read.schema(schema)
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", "_corrupt_record")
             .json(paths)
         )
         present = wanted
-        raw = F.coalesce(F.col("_corrupt_record"), F.to_json(F.struct(*[F.col(n) for n in wanted])))
     else:
-        df = spark.read.parquet(*paths)
+        df = spark.read.parquet(*paths).withColumn("_corrupt_record", F.lit(None).cast("string"))
         present = [n for n in df.columns if n in wanted]
-        raw = F.to_json(F.struct(*[F.col(f"`{n}`") for n in df.columns]))
-        df = df.withColumn("_corrupt_record", F.lit(None).cast("string"))
+    types = dict(df.dtypes)
     cols = []
     for col in c.columns:
-        if col.name not in present:
-            cols.append(F.lit(None).cast("string").alias(col.name))
-        elif col.type.startswith("map"):
-            cols.append(
-                F.to_json(F.col(col.name)).alias(col.name) if fmt == "parquet" else F.col(col.name)
-            )
+        name = col.name
+        typed_ts = fmt == "parquet" and name in present and types[name].startswith("timestamp")
+        if name not in present or typed_ts:
+            cols.append(F.lit(None).cast("string").alias(name))
+        elif col.type.startswith("map") and fmt == "parquet":
+            cols.append(F.to_json(F.col(name)).alias(name))
         else:
-            cols.append(F.col(col.name).cast("string").alias(col.name))
+            cols.append(F.col(name).cast("string").alias(name))
+        if col.type == "timestamp":
+            ts = F.col(name).cast("timestamp") if typed_ts else F.lit(None).cast("timestamp")
+            cols.append(ts.alias(f"{name}__ts"))
     return df.select(
         *cols,
         F.regexp_replace(F.col("_metadata.file_path"), "^file:", "").alias("_file"),
-        F.col("_corrupt_record").isNotNull().alias("_corrupt"),
-        raw.alias("_raw"),
+        F.col("_corrupt_record").alias("_corrupt_text"),
         F.lit("op" in present).alias("_changelog"),
     )
+
+
+def raw_json(table: str) -> Column:
+    """The row as read: the unparsed line, or its fields as JSON (built only for the rows
+    that go to quarantine)."""
+    from pyspark.sql import functions as F
+
+    fields = []
+    for col in contract("landing", table).columns:
+        value = F.col(col.name)
+        if col.type == "timestamp":
+            value = F.coalesce(value, F.col(f"{col.name}__ts").cast("string"))
+        fields.append(value.alias(col.name))
+    return F.coalesce(F.col("_corrupt_text"), F.to_json(F.struct(*fields)))
+
+
+def timestamp_value(name: str) -> Column:
+    """A typed timestamp column as is, else the string parsed (only when needed)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col(f"{name}__ts"), parse_timestamp(F.col(name)))
 
 
 def read_landing(
@@ -273,59 +294,51 @@ def _blank(c: Column) -> Column:
 
 
 def tag_events(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame:
-    """Typed events with ``reason`` (null when clean); duplicates tagged ``duplicate``."""
+    """Typed events with ``reason`` (null when clean); repeats of an event_id in the day are
+    tagged ``duplicate`` (the earliest created_at stays clean, then one with a payload)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     start, end = _day_bounds(ds)
     oldest = start - dt.timedelta(days=max_lateness_days)
-    df = raw.withColumn("created_at_ts", parse_timestamp(F.col("created_at"))).withColumn(
-        "attributes_map", F.from_json(F.col("attributes"), "map<string,string>")
-    )
+    ts = F.col("created_at_value")
+    df = raw.withColumn("created_at_value", timestamp_value("created_at"))
+    attrs = F.from_json(F.col("attributes"), "map<string,string>")
     reason = _first_reason(
-        (F.col("_corrupt"), "unparseable_row"),
+        (F.col("_corrupt_text").isNotNull(), "unparseable_row"),
         (_blank(F.col("event_id")) | _blank(F.col("producer_id")), "null_key"),
-        (_blank(F.col("created_at")), "missing_timestamp"),
-        (F.col("created_at_ts").isNull(), "bad_timestamp"),
-        (F.col("created_at_ts") >= F.lit(end), "future_timestamp"),
-        (F.col("created_at_ts") < F.lit(oldest), "too_late"),
-        (F.col("attributes").isNotNull() & F.col("attributes_map").isNull(), "bad_attributes"),
+        (ts.isNull() & _blank(F.col("created_at")), "missing_timestamp"),
+        (ts.isNull(), "bad_timestamp"),
+        (ts >= F.lit(end), "future_timestamp"),
+        (ts < F.lit(oldest), "too_late"),
+        (F.col("attributes").isNotNull() & attrs.isNull(), "bad_attributes"),
     )
     df = df.withColumn("reason", reason)
-    w = Window.partitionBy("event_id").orderBy("created_at_ts", "_file", "_raw")
-    dup = F.when(F.col("reason").isNull() & (F.row_number().over(w) > 1), F.lit("duplicate"))
-    return df.withColumn("reason", F.coalesce(F.col("reason"), dup)).select(
-        "event_id",
-        "producer_id",
-        F.col("created_at_ts").alias("created_at"),
-        "payload",
-        "reason",
-        "_file",
-        "_raw",
+    w = Window.partitionBy("event_id").orderBy(
+        "created_at_value", F.col("payload").desc_nulls_last(), "_file"
     )
+    dup = F.when(F.col("reason").isNull() & (F.row_number().over(w) > 1), F.lit("duplicate"))
+    return df.withColumn("reason", F.coalesce(F.col("reason"), dup))
 
 
 def tag_views(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame:
-    from pyspark.sql import Window
+    """Typed views with ``reason``. Views have no key: two retrievals by one consumer in the
+    same microsecond are both kept (see docs/data-contracts.md), so no shuffle is needed."""
     from pyspark.sql import functions as F
 
     start, end = _day_bounds(ds)
     oldest = start - dt.timedelta(days=max_lateness_days)
-    df = raw.withColumn("viewed_at_ts", parse_timestamp(F.col("viewed_at")))
+    ts = F.col("viewed_at_value")
+    df = raw.withColumn("viewed_at_value", timestamp_value("viewed_at"))
     reason = _first_reason(
-        (F.col("_corrupt"), "unparseable_row"),
+        (F.col("_corrupt_text").isNotNull(), "unparseable_row"),
         (_blank(F.col("consumer_id")), "null_key"),
-        (_blank(F.col("viewed_at")), "missing_timestamp"),
-        (F.col("viewed_at_ts").isNull(), "bad_timestamp"),
-        (F.col("viewed_at_ts") >= F.lit(end), "future_timestamp"),
-        (F.col("viewed_at_ts") < F.lit(oldest), "too_late"),
+        (ts.isNull() & _blank(F.col("viewed_at")), "missing_timestamp"),
+        (ts.isNull(), "bad_timestamp"),
+        (ts >= F.lit(end), "future_timestamp"),
+        (ts < F.lit(oldest), "too_late"),
     )
-    df = df.withColumn("reason", reason)
-    w = Window.partitionBy("consumer_id", "viewed_at_ts").orderBy("_file", "_raw")
-    dup = F.when(F.col("reason").isNull() & (F.row_number().over(w) > 1), F.lit("duplicate"))
-    return df.withColumn("reason", F.coalesce(F.col("reason"), dup)).select(
-        "consumer_id", F.col("viewed_at_ts").alias("viewed_at"), "reason", "_file", "_raw"
-    )
+    return df.withColumn("reason", reason)
 
 
 def tag_follows(raw: DataFrame, ds: dt.date) -> DataFrame:
@@ -335,41 +348,33 @@ def tag_follows(raw: DataFrame, ds: dt.date) -> DataFrame:
     from pyspark.sql import functions as F
 
     start, end = _day_bounds(ds)
-    op = F.lower(F.trim(F.col("op")))
-    df = raw.withColumn("ts_parsed", parse_timestamp(F.col("ts"))).withColumn("op_norm", op)
+    df = raw.withColumn("ts_value", timestamp_value("ts")).withColumn(
+        "op_norm", F.lower(F.trim(F.col("op")))
+    )
+    ts = F.col("ts_value")
     changelog = F.col("_changelog")
     reason = _first_reason(
-        (F.col("_corrupt"), "unparseable_row"),
+        (F.col("_corrupt_text").isNotNull(), "unparseable_row"),
         (_blank(F.col("consumer_id")) | _blank(F.col("producer_id")), "null_key"),
         (F.col("consumer_id") == F.col("producer_id"), "self_follow"),
         (
             changelog & ~F.coalesce(F.col("op_norm").isin("follow", "unfollow"), F.lit(False)),
             "bad_op",
         ),
-        (changelog & _blank(F.col("ts")), "missing_timestamp"),
-        (~_blank(F.col("ts")) & F.col("ts_parsed").isNull(), "bad_timestamp"),
-        (F.col("ts_parsed") >= F.lit(end), "future_timestamp"),
+        (changelog & ts.isNull() & _blank(F.col("ts")), "missing_timestamp"),
+        (ts.isNull() & ~_blank(F.col("ts")), "bad_timestamp"),
+        (ts >= F.lit(end), "future_timestamp"),
     )
     df = df.withColumn("reason", reason).withColumn(
-        "ts_parsed", F.coalesce(F.col("ts_parsed"), F.lit(start).cast("timestamp"))
+        "ts_value", F.coalesce(ts, F.lit(start).cast("timestamp"))
     )
-    w_snap = Window.partitionBy("_changelog", "consumer_id", "producer_id").orderBy(
-        F.when(changelog, -F.unix_micros("ts_parsed")).otherwise(F.unix_micros("ts_parsed")),
+    w = Window.partitionBy("_changelog", "consumer_id", "producer_id").orderBy(
+        F.when(changelog, -F.unix_micros("ts_value")).otherwise(F.unix_micros("ts_value")),
         F.when(F.col("op_norm") == "unfollow", 0).otherwise(1),
         F.col("_file").desc(),
-        F.col("_raw").desc(),
     )
-    dup = F.when(F.col("reason").isNull() & (F.row_number().over(w_snap) > 1), F.lit("duplicate"))
-    return df.withColumn("reason", F.coalesce(F.col("reason"), dup)).select(
-        "consumer_id",
-        "producer_id",
-        F.col("ts_parsed").alias("ts"),
-        F.when(changelog, F.col("op_norm")).alias("op"),
-        "_changelog",
-        "reason",
-        "_file",
-        "_raw",
-    )
+    dup = F.when(F.col("reason").isNull() & (F.row_number().over(w) > 1), F.lit("duplicate"))
+    return df.withColumn("reason", F.coalesce(F.col("reason"), dup))
 
 
 def apply_follows(previous: DataFrame | None, tagged: DataFrame, has_snapshot: bool) -> DataFrame:
@@ -378,14 +383,17 @@ def apply_follows(previous: DataFrame | None, tagged: DataFrame, has_snapshot: b
 
     clean = tagged.where(F.col("reason").isNull())
     snapshot = clean.where(~F.col("_changelog")).select(
-        "consumer_id", "producer_id", F.col("ts").alias("followed_at")
+        "consumer_id", "producer_id", F.col("ts_value").alias("followed_at")
     )
     if has_snapshot or previous is None:
         base = snapshot
     else:
         base = previous.select("consumer_id", "producer_id", "followed_at")
     changes = clean.where(F.col("_changelog")).select(
-        "consumer_id", "producer_id", F.col("ts").alias("change_ts"), "op"
+        "consumer_id",
+        "producer_id",
+        F.col("ts_value").alias("change_ts"),
+        F.col("op_norm").alias("op"),
     )
     merged = base.join(changes, ["consumer_id", "producer_id"], "full_outer")
     return merged.where(F.col("op").isNull() | (F.col("op") == "follow")).select(
@@ -398,34 +406,119 @@ def apply_follows(previous: DataFrame | None, tagged: DataFrame, has_snapshot: b
 # -- the stage ---------------------------------------------------------------------------------
 
 
-def quarantine_rows(tagged: DataFrame) -> DataFrame:
+def quarantine_rows(tagged: DataFrame, table: str) -> DataFrame:
     from pyspark.sql import functions as F
 
+    detail = F.col("detail") if "detail" in tagged.columns else F.lit(None).cast("string")
     return tagged.where(F.col("reason").isNotNull()).select(
         F.col("_file").alias("source_file"),
         "reason",
-        F.lit(None).cast("string").alias("detail"),
-        F.col("_raw").alias("raw"),
+        detail.alias("detail"),
+        raw_json(table).alias("raw"),
     )
 
 
-def _counts(tagged: DataFrame) -> dict[str, int]:
+def clean_rows(tagged: DataFrame, table: str) -> DataFrame:
+    """The clean rows of ``events`` or ``views`` in their clean table's columns."""
     from pyspark.sql import functions as F
 
-    rows = tagged.groupBy(F.coalesce(F.col("reason"), F.lit("clean")).alias("r")).count().collect()
-    by = {r["r"]: int(r["count"]) for r in rows}
-    out = {
-        "rows_in": sum(by.values()),
-        "clean": by.pop("clean", 0),
-        "duplicates": by.pop("duplicate", 0),
+    ok = tagged.where(F.col("reason").isNull())
+    if table == "events":
+        return ok.select(
+            "event_id", "producer_id", F.col("created_at_value").alias("created_at"), "payload"
+        )
+    return ok.select("consumer_id", F.col("viewed_at_value").alias("viewed_at"))
+
+
+def empty_landing(spark: SparkSession, table: str) -> DataFrame:
+    """A day without files for ``table``: an empty frame in the ingest layout."""
+    fields = []
+    for col in contract("landing", table).columns:
+        fields.append(f"`{col.name}` string")
+        if col.type == "timestamp":
+            fields.append(f"`{col.name}__ts` timestamp")
+    fields += ["_file string", "_corrupt_text string", "_changelog boolean"]
+    return spark.createDataFrame([], ", ".join(fields))
+
+
+class IngestRejected(ContractError):
+    """Too large a share of a table's rows was quarantined: the day is held back."""
+
+
+def drop_known_events(
+    spark: SparkSession, wh: Storage, tagged: DataFrame, ds: dt.date, max_lateness_days: int
+) -> DataFrame:
+    """Tag late events (created before D) that an earlier day already ingested as duplicates.
+
+    Only late events can repeat an earlier day's event (an event cannot arrive before it is
+    created, and future timestamps are rejected), so only the partitions from the oldest late
+    event's day to D-1 are searched, and only for the late ids."""
+    from pyspark.sql import functions as F
+
+    start, _ = _day_bounds(ds)
+    late = tagged.where(F.col("reason").isNull() & (F.col("created_at_value") < F.lit(start)))
+    oldest = late.agg(F.min("created_at_value").alias("t")).collect()[0]["t"]
+    if oldest is None:
+        return tagged
+    first = max(oldest.date(), ds - dt.timedelta(days=max_lateness_days))
+    days = [d for d in wh.list_partitions("clean", "events") if first <= d < ds]
+    if not days:
+        return tagged
+    late_ids = late.select("event_id").distinct()
+    seen = (
+        read_partitions(spark, wh, contract("clean", "events"), days)
+        .join(F.broadcast(late_ids), "event_id", "left_semi")
+        .groupBy("event_id")
+        .agg(F.min("ds").alias("_seen_on"))
+    )
+    hit = F.col("reason").isNull() & F.col("_seen_on").isNotNull()
+    return (
+        tagged.join(F.broadcast(seen), "event_id", "left")
+        .withColumn("detail", F.when(hit, F.concat(F.lit("ingested on "), F.col("_seen_on"))))
+        .withColumn("reason", F.when(hit, F.lit("duplicate")).otherwise(F.col("reason")))
+        .drop("_seen_on")
+    )
+
+
+def accounting(
+    spark: SparkSession, wh: Storage, table: str, ds: dt.date, rows_in: int
+) -> dict[str, Any]:
+    """Row accounting from the quarantine rows as written (``clean`` is filled in later)."""
+    from pyspark.sql import functions as F
+
+    q = read_partition(spark, wh, contract("quarantine", "rows"), ds, table=table)
+    by = {
+        r["reason"]: int(r["n"]) for r in q.groupBy("reason").agg(F.count("*").alias("n")).collect()
     }
-    out["quarantined"] = sum(by.values())
-    out["quarantine_reasons"] = dict(sorted(by.items()))  # type: ignore[assignment]
-    return out
+    duplicates = by.pop("duplicate", 0)
+    return {
+        "rows_in": rows_in,
+        "clean": None,
+        "duplicates": duplicates,
+        "quarantined": sum(by.values()),
+        "quarantine_reasons": dict(sorted(by.items())),
+    }
+
+
+def check_share(table: str, counts: dict[str, Any], limit: float) -> None:
+    if counts["rows_in"] == 0:
+        return
+    share = counts["quarantined"] / counts["rows_in"]
+    if share > limit:
+        reasons = ", ".join(f"{r} {n}" for r, n in counts["quarantine_reasons"].items())
+        raise IngestRejected(
+            f"{table}: {counts['quarantined']} of {counts['rows_in']} rows ({share:.1%}) were"
+            f" quarantined, above max_quarantine_share {limit:.1%} ({reasons}); the rows are in"
+            f" quarantine/{table} and no clean data was written for this table"
+        )
 
 
 def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
-    """Ingest one day; returns the row accounting per table (also written by ``publish``)."""
+    """Ingest one day; returns the row accounting per table (also written by ``publish``).
+
+    For each table: quarantine is written first, then the accounting is taken from the written
+    rows against an independent count of the rows read, and the clean table is written only
+    if the quarantined share is within ``max_quarantine_share``."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -436,21 +529,31 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         raw, files = read_landing(spark, landing, table, ds)
         if raw is None:
             log.info("no landing files for %s on %s", table, ds)
-            raw = spark.createDataFrame(
-                [],
-                "consumer_id string, producer_id string, ts string, op string, event_id string, "
-                "created_at string, payload string, attributes string, viewed_at string, "
-                "_file string, _corrupt boolean, _raw string, _changelog boolean",
-            )
+            raw = empty_landing(spark, table)
+        cached = []
         if table == "events":
-            tagged = tag_events(raw, ds, settings.max_lateness_days)
+            base = tag_events(raw, ds, settings.max_lateness_days).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            cached.append(base)
+            tagged = drop_known_events(spark, wh, base, ds, settings.max_lateness_days)
         elif table == "views":
             tagged = tag_views(raw, ds, settings.max_lateness_days)
         else:
             tagged = tag_follows(raw, ds)
-        tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
-        counts = _counts(tagged)
+        if table != "views" and all(
+            tagged is not d for d in cached
+        ):  # a window ran: do not compute it twice
+            tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(tagged)
+        write_partition(
+            quarantine_rows(tagged, table), wh, contract("quarantine", "rows"), ds, table=table
+        )
+        counts = accounting(spark, wh, table, ds, raw.count())
         clean_c = contract("clean", table)
+        if table == "follows":  # its clean table is the graph: count the accepted changes
+            counts["clean"] = tagged.where(F.col("reason").isNull()).count()
+        check_share(table, counts, settings.max_quarantine_share)
         if table == "follows":
             prev_day = ds - dt.timedelta(days=1)
             previous = (
@@ -464,12 +567,12 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
             clean = apply_follows(previous, tagged, has_snapshot)
             counts["snapshot"] = has_snapshot
         else:
-            clean = tagged.where(F.col("reason").isNull())
+            clean = clean_rows(tagged, table)
         write_partition(clean, wh, clean_c, ds)
-        write_partition(
-            quarantine_rows(tagged), wh, contract("quarantine", "rows"), ds, table=table
-        )
-        tagged.unpersist()
+        if table != "follows":  # the clean rows as written
+            counts["clean"] = read_partition(spark, wh, clean_c, ds).count()
+        for df in cached:
+            df.unpersist()
         stats[table] = counts
         log.info("ingest %s %s: %s", table, ds, counts)
     return {"tables": stats}

@@ -12,7 +12,8 @@ Order everywhere: created_at descending, then event_id descending; rank 1 is the
 
 Incremental (default when D-1's state exists with the same k): producer feeds merge D-1's
 feed with D's events; a consumer whose pushed producers are unchanged since D-1 merges its
-D-1 feed with D's events of those producers (the push fan-out of the day); a consumer whose
+D-1 feed with the day's *fresh* producer-feed entries of those producers (the push fan-out of
+the day, bounded by k per producer); a consumer whose
 push set changed (follow, unfollow, or an edge moved between push and pull) is refilled
 from D's producer feeds. ``--full-refresh`` recomputes everything from clean events; both
 give the same rows (tested).
@@ -106,14 +107,25 @@ def changed_consumers(pushed: DataFrame, pushed_before: DataFrame) -> DataFrame:
     return diff.select("consumer_id").distinct()
 
 
+def fresh_entries(producer_feed: DataFrame, previous: DataFrame) -> DataFrame:
+    """Rows of D's producer feeds that were not in D-1's: the only events of the day that
+    can enter any consumer's feed (an event outside its producer's latest k is outside the
+    latest k of every consumer that follows the producer)."""
+    return producer_feed.join(
+        previous.select("producer_id", "event_id"), ["producer_id", "event_id"], "left_anti"
+    )
+
+
 def consumer_feed_incremental(
     previous: DataFrame,
     pushed_before: DataFrame,
     pushed: DataFrame,
-    events: DataFrame,
+    fresh: DataFrame,
     producer_feed: DataFrame,
     k: int,
 ) -> DataFrame:
+    """D's consumer feeds from D-1's: unchanged consumers merge their feed with the fresh
+    producer-feed entries of their pushed producers; changed ones are refilled."""
     from pyspark.sql import functions as F
 
     changed = changed_consumers(pushed, pushed_before)
@@ -122,7 +134,7 @@ def consumer_feed_incremental(
     )
     fan_out = (
         pushed.join(changed, "consumer_id", "left_anti")
-        .join(events.select("producer_id", "event_id", "created_at"), "producer_id")
+        .join(fresh.select("producer_id", "event_id", "created_at"), "producer_id")
         .select("consumer_id", "producer_id", "event_id", "created_at", F.lit(1).alias("priority"))
     )
     refill = (
@@ -189,7 +201,7 @@ def run(
             read_partition(spark, wh, cf_c, prev),
             push_edges(read_partition(spark, wh, contract("plan", "edge_plan"), prev)),
             pushed,
-            events,
+            fresh_entries(producer_feed, read_partition(spark, wh, pf_c, prev)),
             producer_feed,
             k,
         )

@@ -53,6 +53,8 @@ class Settings:
     """Lower bound (per hour) of the prior rate, so no id ever has rate 0."""
     max_lateness_days: int = 30
     """Events whose created_at is older than this many days before ds are quarantined."""
+    max_quarantine_share: float = 0.10
+    """A table whose quarantined share (duplicates excluded) exceeds this fails ingest."""
     shuffle_partitions: int = 8
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
@@ -65,6 +67,8 @@ class Settings:
             raise ConfigError("rate_window_days must be at least 1")
         if self.prior_hours < 0 or self.rate_floor <= 0:
             raise ConfigError("prior_hours must be >= 0 and rate_floor > 0")
+        if not 0 <= self.max_quarantine_share <= 1:
+            raise ConfigError("max_quarantine_share must be between 0 and 1")
         if self.max_lateness_days < 0:
             raise ConfigError("max_lateness_days must be >= 0")
         if self.shuffle_partitions < 1:

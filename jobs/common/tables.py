@@ -116,15 +116,19 @@ def write_partition(
     files: int = 4,
     table: str | None = None,
 ) -> None:
-    """Write ``df`` as partition ``ds`` of table ``c``, replacing it atomically."""
+    """Write ``df`` as partition ``ds`` of table ``c``, replacing it atomically.
+
+    The contract's ``files`` says how: ``single`` (one file), ``range`` (``files`` files
+    range-partitioned and sorted on ``sort_by``, for readers that look up ids) or ``as_is``
+    (the frame's own partitioning, no shuffle: for large tables only scanned whole)."""
     from pyspark.sql import functions as F
 
     out = conform(df, c)
     if c.files == "single" or files <= 1:
         out = out.coalesce(1)
-    elif c.sort_by:
+    elif c.files == "range" and c.sort_by:
         out = out.repartitionByRange(files, F.col(c.sort_by[0]))
-    if c.sort_by:
+    if c.sort_by and c.files != "as_is":
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
     staged = storage.staging_dir(*final)
