@@ -20,6 +20,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --isolated --disable-pip-version-check -q uv==$(UV_VERSION)
 	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	$(BIN)/python -m jobs.s3a
 	@touch $(STAMP)
 
 lock:

@@ -172,7 +172,7 @@ def _read_group(
 
     c = contract("landing", table)
     wanted = c.column_names
-    paths = [storage.spark_path(f.path) if not storage.is_local else f.path for f in files]
+    paths = [storage.spark_path_of(f.path) for f in files]
     fmt = files[0].fmt
     corrupt = StructField("_corrupt_record", StringType())
     if fmt == "csv":

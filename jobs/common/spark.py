@@ -30,6 +30,10 @@ def spark_defaults(settings: Settings) -> dict[str, str]:
         "spark.log.level": "WARN",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
+    if any(root.startswith(("s3://", "s3a://")) for root in (settings.landing, settings.warehouse)):
+        from jobs.s3a import s3a_conf
+
+        conf.update(s3a_conf())
     conf.update(settings.spark_conf)
     return conf
 

@@ -72,6 +72,10 @@ class Storage:
         p = self.path(*parts)
         return p if self.is_local else f"s3a://{p}"
 
+    def spark_path_of(self, fs_path: str) -> str:
+        """Spark's spelling of a path already inside ``self.fs`` (from a listing)."""
+        return fs_path if self.is_local else f"s3a://{fs_path}"
+
     def uri(self, *parts: str) -> str:
         """A human-readable location (for messages and reports)."""
         p = self.path(*parts)
@@ -144,8 +148,15 @@ class Storage:
         return (STAGING, *parts[:-1], f"{parts[-1]}.{uuid.uuid4().hex}")
 
     def swap_in(self, staged: tuple[str, ...], final: tuple[str, ...]) -> None:
-        """Replace folder ``final`` by ``staged``: the old one moves aside first, so a
-        reader sees the complete old or the complete new partition."""
+        """Replace folder ``final`` by ``staged``.
+
+        On a local disk the old folder moves aside first and the new one is renamed into place,
+        so a reader sees the complete old or the complete new partition. An object store has
+        no rename: objects are copied, then the staging copy is deleted; readers there rely on
+        the day's ``_SUCCESS`` marker, which is withdrawn while a day is being rebuilt."""
+        if not self.is_local:
+            self._copy_swap(staged, final)
+            return
         dst = self.path(*final)
         self.fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
         old: tuple[str, ...] | None = None
@@ -156,6 +167,14 @@ class Storage:
         self.fs.move(self.path(*staged), dst)
         if old is not None:
             self.delete(*old)
+
+    def _copy_swap(self, staged: tuple[str, ...], final: tuple[str, ...]) -> None:
+        src, dst = self.path(*staged), self.path(*final)
+        self.delete(*final)
+        for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
+            if info.type == pafs.FileType.File:
+                self.fs.copy_file(info.path, dst + info.path[len(src) :])
+        self.delete(*staged)
 
 
 def ds_dir(ds: dt.date) -> str:
