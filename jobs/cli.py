@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     g.add_argument("--format", choices=FORMATS, help="file format for all three tables")
     g.add_argument("--gzip", action="store_true", help="gzip CSV / JSON Lines files")
+    g.add_argument("--trend-share", type=float, default=0.0, help="share of ids with a daily trend")
+    g.add_argument("--trend-per-day", type=float, default=0.15, help="max daily growth of a trend")
+    g.add_argument("--flash-producers", type=int, default=0, help="producers with a flash event")
+    g.add_argument("--flash-day", type=_date, help="day of the flash event")
+    g.add_argument("--flash-factor", type=float, default=10.0, help="rate multiplier of a flash")
 
     imp = sub.add_parser("import", parents=[common], help="a real data set into the landing layout")
     imp.add_argument("name", choices=("snap-edges", "higgs"), help="importer")
@@ -140,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--k", type=int, help="events per feed (default: the materialized k)")
     f.add_argument("--format", choices=("table", "json"), default="table")
 
+    ev = sub.add_parser(
+        "evaluate-rates", parents=[common], help="score rate forecasts on the next day"
+    )
+    ev.add_argument("--start", required=True, type=_date)
+    ev.add_argument("--end", required=True, type=_date)
+
     rep = sub.add_parser("report", parents=[common], help="print a day's plan cost report")
     rep.add_argument("--ds", type=_date, help="day (default: the latest published day)")
 
@@ -165,10 +176,19 @@ def _latest_or(ds: dt.date | None, settings: Settings) -> dt.date:
 
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import replace
+
     from jobs.common.storage import Storage
     from jobs.generate import PROFILES, generate, scaled
 
-    profile = scaled(PROFILES[args.profile], args.scale)
+    profile = replace(
+        scaled(PROFILES[args.profile], args.scale),
+        trend_share=args.trend_share,
+        trend_per_day=args.trend_per_day,
+        flash_producers=args.flash_producers,
+        flash_day=(args.flash_day - args.start).days if args.flash_day else -1,
+        flash_factor=args.flash_factor,
+    )
     formats = dict.fromkeys(("follows", "events", "views"), args.format) if args.format else None
     stats = generate(
         Storage.at(args.out), args.start, args.days, profile, args.seed, formats, args.gzip
@@ -248,6 +268,13 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_import(args, settings)
     if verb == "report":
         return cmd_report(args, settings)
+    if verb == "evaluate-rates":
+        from jobs.common.spark import build_session
+        from jobs.evaluate_rates import evaluate, summary
+
+        spark = build_session(settings, "feedpipe-evaluate-rates")
+        print(summary(evaluate(spark, settings, args.start, args.end)))
+        return 0
     from jobs import stages
 
     result: Any

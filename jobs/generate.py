@@ -62,6 +62,16 @@ class Profile:
     follows_format: str = "csv"
     events_format: str = "parquet"
     views_format: str = "parquet"
+    trend_share: float = 0.0
+    """Share of producers and of consumers whose rate changes by a fixed factor every day."""
+    trend_per_day: float = 0.15
+    """A trending id's daily growth is drawn uniformly from [-x, +x]."""
+    flash_producers: int = 0
+    """Producers that post ``flash_factor`` times their rate on day ``flash_day``, drawn from
+    the most followed tenth (Feeding Frenzy 5.5's flash event)."""
+    flash_day: int = -1
+    """Day index (0 = the first day) of the flash event."""
+    flash_factor: float = 10.0
 
 
 PROFILES = {
@@ -107,6 +117,9 @@ class Population:
     fan_out_w: np.ndarray  # producer popularity weights (sum 1)
     event_rate: np.ndarray  # events per hour per producer
     view_rate: np.ndarray  # views per hour per consumer
+    event_growth: np.ndarray  # daily growth factor per producer (1 = no trend)
+    view_growth: np.ndarray
+    flash: np.ndarray  # indices of flash producers
 
     @classmethod
     def draw(cls, profile: Profile, seed: int) -> Population:
@@ -115,17 +128,39 @@ class Population:
             profile.consumers, profile.fan_in_zipf, profile.producers_per_consumer, rng
         )
         fan_out = zipf_values(profile.producers, profile.fan_out_zipf, 1.0, rng)
+        event_rate = zipf_values(
+            profile.producers, profile.event_zipf, profile.events_per_hour, rng
+        )
+        view_rate = zipf_values(profile.consumers, profile.view_zipf, profile.views_per_hour, rng)
+        trend = np.random.default_rng([seed, 0, 2])  # separate stream: the base draw is unchanged
+
+        def growth(n: int) -> np.ndarray:
+            g = 1.0 + trend.uniform(-profile.trend_per_day, profile.trend_per_day, size=n)
+            return np.where(trend.random(n) < profile.trend_share, g, 1.0)
+
+        popular = np.argsort(-fan_out, kind="stable")[: max(1, profile.producers // 10)]
+        n_flash = min(profile.flash_producers, popular.size)
         return cls(
             profile=profile,
             fan_in=fan_in,
             fan_out_w=fan_out / fan_out.sum(),
-            event_rate=zipf_values(
-                profile.producers, profile.event_zipf, profile.events_per_hour, rng
-            ),
-            view_rate=zipf_values(
-                profile.consumers, profile.view_zipf, profile.views_per_hour, rng
-            ),
+            event_rate=event_rate,
+            view_rate=view_rate,
+            event_growth=growth(profile.producers),
+            view_growth=growth(profile.consumers),
+            flash=np.sort(trend.choice(popular, size=n_flash, replace=False)),
         )
+
+    def event_rates(self, day: int) -> np.ndarray:
+        """Events per hour of every producer on day ``day`` (trends and the flash applied)."""
+        rate = self.event_rate * self.event_growth**day
+        if day == self.profile.flash_day and self.flash.size:
+            rate = rate.copy()
+            rate[self.flash] *= self.profile.flash_factor
+        return rate
+
+    def view_rates(self, day: int) -> np.ndarray:
+        return self.view_rate * self.view_growth**day
 
     def draw_edges(
         self, consumers: np.ndarray, degrees: np.ndarray, rng: np.random.Generator
@@ -136,6 +171,11 @@ class Population:
         cons = np.repeat(consumers, degrees)
         keep = cons != prods  # consumer i and producer i are the same user
         return np.unique(cons[keep].astype(np.int64) * n_prod + prods[keep])
+
+
+def flash_producer_ids(profile: Profile, seed: int) -> list[str]:
+    """The ids of the producers that ``generate`` gives a flash event (for tests and reports)."""
+    return [str(x) for x in user_ids(Population.draw(profile, seed).flash)]
 
 
 def _day_rng(seed: int, day: int, table: int) -> np.random.Generator:
@@ -265,6 +305,8 @@ def generate(
         np.arange(C), np.clip(stochastic_round(pop.fan_in, rng0), 1, P - 1), rng0
     )
     log.info("graph: %d consumers, %d producers, %d edges", C, P, edges.size)
+    if pop.flash.size:
+        log.info("flash producers on day %d: %s", profile.flash_day, list(user_ids(pop.flash)))
     stats = []
     for i in range(days):
         day = start + dt.timedelta(days=i)
@@ -363,8 +405,9 @@ def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block) -> int:
     w = LandingWriter(storage, "events", day, fmt, gz)
     seq = 0
     tag = day.strftime("%Y%m%d")
+    rates = pop.event_rates(i)
     for ids in _blocks(pop.profile.producers, block):
-        counts = rng.poisson(pop.event_rate[ids] * 24.0)
+        counts = rng.poisson(rates[ids] * 24.0)
         prod = np.repeat(ids, counts)
         n = prod.size
         if n == 0:
@@ -404,8 +447,9 @@ def _empty_events() -> pa.Table:
 def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
     rng = _day_rng(seed, i, 2)
     w = LandingWriter(storage, "views", day, fmt, gz)
+    rates = pop.view_rates(i)
     for ids in _blocks(pop.profile.consumers, block):
-        counts = rng.poisson(pop.view_rate[ids] * 24.0)
+        counts = rng.poisson(rates[ids] * 24.0)
         cons = np.repeat(ids, counts)
         if cons.size == 0:
             continue

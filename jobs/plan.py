@@ -32,8 +32,12 @@ def assignments(edges: DataFrame, settings: Settings) -> DataFrame:
     builders = {
         "push-all": lambda e: feeding_frenzy.push_all(e),
         "pull-all": lambda e: feeding_frenzy.pull_all(e),
-        "ff-per-pair": lambda e: feeding_frenzy.ff_per_pair(e, settings.threshold),
-        "ff-consumer": lambda e: feeding_frenzy.ff_consumer(e, settings.threshold),
+        "ff-per-pair": lambda e: feeding_frenzy.ff_per_pair(
+            e, settings.threshold, settings.mode_change_margin
+        ),
+        "ff-consumer": lambda e: feeding_frenzy.ff_consumer(
+            e, settings.threshold, settings.mode_change_margin
+        ),
     }
     frames = [builders[s](edges) for s in settings.served_strategies]
     out = frames[0]
@@ -61,7 +65,10 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     follows = read_partition(spark, wh, contract("clean", "follows"), ds)
     pr = read_partition(spark, wh, contract("rates", "producer_rates"), ds)
     cr = read_partition(spark, wh, contract("rates", "consumer_rates"), ds)
-    edges = feeding_frenzy.edge_inputs(follows, pr, cr)
+    ep_c = contract("plan", "edge_plan")
+    prev = ds - dt.timedelta(days=1)
+    current = read_partition(spark, wh, ep_c, prev) if wh.is_dir(*ep_c.parts(prev)) else None
+    edges = feeding_frenzy.edge_inputs(follows, pr, cr, current)
     stacked = assignments(edges, settings).persist(StorageLevel.MEMORY_AND_DISK)
 
     vm_schema = "strategy string, view_id string, producer_id string, phi double"
@@ -103,6 +110,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         "forced": forced is not None,
         "cheapest": cheapest,
         "costs": {s: r.get("total_cost") for s, r in sorted(rows.items())},
+        "mode_changes": rows[chosen].get("mode_changes"),
     }
     log.info("plan %s: %s", ds, stats)
     return stats

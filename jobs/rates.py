@@ -1,14 +1,18 @@
-"""Stage ``rates``: per-producer event rates (phi_p) and per-consumer view rates (theta_c).
+"""Stage ``rates``: forecast per-producer event rates (phi_p) and per-consumer view rates
+(theta_c) for the day after D, from the daily counts of a trailing window ending at D.
 
-Reads ``clean/events`` and ``clean/views`` over a trailing window of ``rate_window_days``
-partitions ending at D (fewer at the start of the data), and ``clean/follows`` of D so that
-every producer and consumer of the graph gets a rate. Writes ``rates/producer_rates`` and
-``rates/consumer_rates`` (one row per id, keyed by the id).
+Reads ``clean/events`` and ``clean/views`` over ``rate_window_days`` partitions ending at D
+(fewer at the start of the data), ``clean/follows`` of D (every producer and consumer of the
+graph gets a rate) and, when present, D-1's ``rates/producer_rates`` (yesterday's forecast
+for today). Writes ``rates/producer_rates`` and ``rates/consumer_rates``, one row per id, with
+the point estimate, its standard deviation and 90% interval, the fitted trend and the method
+(``jobs/estimators.py``; default ``eb_trend``).
 
-Estimator (``method = trailing_mean_prior``): with n events in a window of T hours and the
-population mean rate m (floored at ``rate_floor``), the rate is ``(n + m*tau) / (T + tau)``,
-a trailing mean shrunk toward m by a prior worth ``tau = prior_hours`` hours of observation.
-Ids without activity get ``m*tau / (T + tau) > 0``: never 0, never null.
+Flash events (Feeding Frenzy, Section 5.5): a producer that posted at least
+``flash_min_events`` events on D, more than ``flash_factor`` times the upper end of D-1's 90%
+interval for D, is flagged ``flash``; its rate becomes at least today's observed rate, so the
+plan made from these rates the same day moves its pushed edges to pull. The stage's record
+lists the flagged ids.
 
 Events count by the partition they arrived in (a late event costs a push when it arrives).
 """
@@ -22,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 from jobs.common.config import Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, read_partitions, write_partition
+from jobs.estimators import RateParams, estimate
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-METHOD = "trailing_mean_prior"
+Z90 = 1.6448536269514722  # two-sided 90% normal quantile
+MAX_LISTED = 100
 
 
 def window_days(available: list[dt.date], ds: dt.date, window: int) -> list[dt.date]:
@@ -42,37 +48,83 @@ def window_days(available: list[dt.date], ds: dt.date, window: int) -> list[dt.d
     return [first + dt.timedelta(days=i) for i in range(max(n, 1))]
 
 
-def estimate_rates(
-    counts: DataFrame,
-    ids: DataFrame,
-    id_col: str,
-    hours: float,
-    prior_hours: float,
-    rate_floor: float,
-) -> DataFrame:
-    """Shrunk trailing-mean rates for every id in ``ids`` (``counts``: id_col, n).
-
-    Returns id_col, rate, n, prior_rate. Pure: no I/O, no actions."""
+def daily_counts(rows: DataFrame, id_col: str, ds: dt.date) -> DataFrame:
+    """``id_col, t, n``: rows per id and day, ``t`` the day's offset from ``ds``."""
     from pyspark.sql import functions as F
 
-    all_ids = ids.select(id_col).union(counts.select(id_col)).distinct()
-    per_id = all_ids.join(counts, id_col, "left").select(
-        id_col, F.coalesce(F.col("n"), F.lit(0)).cast("long").alias("n")
+    return (
+        rows.groupBy(id_col, "ds")
+        .agg(F.count("*").alias("n"))
+        .select(id_col, F.datediff(F.col("ds"), F.lit(ds)).alias("t"), "n")
     )
-    population = per_id.agg(
-        F.greatest(
-            F.try_divide(F.sum("n").cast("double"), F.count("*") * F.lit(hours)),
-            F.lit(rate_floor),
-        ).alias("prior_rate")
+
+
+def params_of(settings: Settings, method: str | None = None) -> RateParams:
+    return RateParams(
+        method=method or settings.rate_method,
+        prior_hours=settings.prior_hours,
+        rate_floor=settings.rate_floor,
+        half_life_days=settings.rate_half_life_days,
+        trend_damping=settings.rate_trend_damping,
     )
-    # A one-row frame; crossJoin keeps the whole computation in Spark.
-    return per_id.crossJoin(F.broadcast(population)).select(
+
+
+def flag_flash(
+    rates: DataFrame, previous: DataFrame | None, factor: float, min_events: int
+) -> DataFrame:
+    """Adds ``forecast_prev`` (D-1's forecast for D) and ``flash``; a flash producer's rate is
+    raised to at least today's observed rate."""
+    from pyspark.sql import functions as F
+
+    if previous is None:
+        out = rates.withColumn("forecast_prev", F.lit(None).cast("double")).withColumn(
+            "_bound", F.lit(None).cast("double")
+        )
+    else:
+        prev = previous.select(
+            "producer_id",
+            F.col("events_per_hour").alias("forecast_prev"),
+            F.coalesce(F.col("rate_hi"), F.col("events_per_hour")).alias("_bound"),
+        )
+        out = rates.join(prev, "producer_id", "left")
+    today = F.col("n_today") / F.lit(24.0)
+    # against the upper end of yesterday's 90% interval: a forecast that was itself unsure
+    # (little history, a noisy trend) does not turn ordinary days into flashes
+    flash = (
+        F.col("_bound").isNotNull()
+        & (F.col("n_today") >= F.lit(min_events))
+        & (today > F.lit(factor) * F.col("_bound"))
+    )
+    return (
+        out.withColumn("flash", F.coalesce(flash, F.lit(False)))
+        .withColumn(
+            "rate",
+            F.when(F.col("flash"), F.greatest(F.col("rate"), today)).otherwise(F.col("rate")),
+        )
+        .drop("_bound")
+    )
+
+
+def shape(
+    est: DataFrame, id_col: str, rate_col: str, n_col: str, days: int, method: str
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return est.select(
         id_col,
-        (
-            (F.col("n") + F.col("prior_rate") * F.lit(prior_hours)) / F.lit(hours + prior_hours)
-        ).alias("rate"),
-        "n",
-        F.coalesce(F.col("prior_rate"), F.lit(rate_floor)).alias("prior_rate"),
+        F.col("rate").alias(rate_col),
+        F.col("n").alias(n_col),
+        F.lit(days).alias("window_days"),
+        F.lit(24.0 * days).alias("window_hours"),
+        "prior_rate",
+        F.lit(method).alias("method"),
+        "rate_sd",
+        F.greatest(F.col("rate") - F.lit(Z90) * F.col("rate_sd"), F.lit(0.0)).alias("rate_lo"),
+        (F.col("rate") + F.lit(Z90) * F.col("rate_sd")).alias("rate_hi"),
+        "trend_per_day",
+        "n_today",
+        "forecast_prev",
+        "flash",
     )
 
 
@@ -85,60 +137,59 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         contract("clean", "views"),
         contract("clean", "follows"),
     )
+    pr_c, cr_c = contract("rates", "producer_rates"), contract("rates", "consumer_rates")
     days = window_days(wh.list_partitions(*ev_c.parts()), ds, settings.rate_window_days)
-    hours = 24.0 * len(days)
+    offsets = [(d - ds).days for d in days]
+    params = params_of(settings)
     follows = read_partition(spark, wh, fo_c, ds)
 
-    ev_counts = (
-        read_partitions(spark, wh, ev_c, days).groupBy("producer_id").agg(F.count("*").alias("n"))
-    )
-    producers = estimate_rates(
-        ev_counts,
+    producers = estimate(
+        daily_counts(read_partitions(spark, wh, ev_c, days), "producer_id", ds),
         follows.select("producer_id"),
         "producer_id",
-        hours,
-        settings.prior_hours,
-        settings.rate_floor,
+        offsets,
+        params,
     )
-    vw_counts = (
-        read_partitions(spark, wh, vw_c, days).groupBy("consumer_id").agg(F.count("*").alias("n"))
-    )
-    consumers = estimate_rates(
-        vw_counts,
-        follows.select("consumer_id"),
-        "consumer_id",
-        hours,
-        settings.prior_hours,
-        settings.rate_floor,
-    )
-    common: list[Column | str] = [
-        F.lit(len(days)).alias("window_days"),
-        F.lit(hours).alias("window_hours"),
-        "prior_rate",
-        F.lit(METHOD).alias("method"),
-    ]
+    prev = ds - dt.timedelta(days=1)
+    previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
+    producers = flag_flash(producers, previous, settings.flash_factor, settings.flash_min_events)
     write_partition(
-        producers.select(
-            "producer_id",
-            F.col("rate").alias("events_per_hour"),
-            F.col("n").alias("n_events"),
-            *common,
-        ),
+        shape(producers, "producer_id", "events_per_hour", "n_events", len(days), params.method),
         wh,
-        contract("rates", "producer_rates"),
+        pr_c,
         ds,
     )
-    write_partition(
-        consumers.select(
+
+    consumers = (
+        estimate(
+            daily_counts(read_partitions(spark, wh, vw_c, days), "consumer_id", ds),
+            follows.select("consumer_id"),
             "consumer_id",
-            F.col("rate").alias("views_per_hour"),
-            F.col("n").alias("n_views"),
-            *common,
-        ),
+            offsets,
+            params,
+        )
+        .withColumn("forecast_prev", F.lit(None).cast("double"))
+        .withColumn("flash", F.lit(False))
+    )
+    write_partition(
+        shape(consumers, "consumer_id", "views_per_hour", "n_views", len(days), params.method),
         wh,
-        contract("rates", "consumer_rates"),
+        cr_c,
         ds,
     )
-    stats = {"window_start": days[0].isoformat(), "window_days": len(days), "method": METHOD}
-    log.info("rates %s: %s", ds, stats)
+
+    written = read_partition(spark, wh, pr_c, ds)
+    flagged = written.where(F.col("flash")).orderBy(F.col("n_today").desc(), "producer_id")
+    n_flash = flagged.count()
+    listed = [r["producer_id"] for r in flagged.select("producer_id").limit(MAX_LISTED).collect()]
+    stats = {
+        "window_start": days[0].isoformat(),
+        "window_days": len(days),
+        "method": params.method,
+        "flash_producers": n_flash,
+        "flash_listed": listed,
+    }
+    log.info("rates %s: %s", ds, {k: v for k, v in stats.items() if k != "flash_listed"})
+    if n_flash:
+        log.warning("%d flash producer(s) on %s, e.g. %s", n_flash, ds, ", ".join(listed[:10]))
     return stats

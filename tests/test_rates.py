@@ -1,12 +1,15 @@
-"""Rates: the trailing window and the shrinkage prior, on numbers worked by hand."""
+"""Rates: the trailing window, the estimators on numbers worked by hand or by an independent
+numpy transcription of the documented formulas, and flash detection."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import pytest
 
-from jobs.rates import estimate_rates, window_days
+from jobs.estimators import RateParams, estimate
+from jobs.rates import flag_flash, window_days
 
 D = dt.date
 
@@ -24,36 +27,129 @@ def test_window_is_capped_at_its_length():
 
 
 def test_window_counts_days_without_data_inside_it():
-    # a day with no partition in the middle still counts as observed time (zero events)
     assert len(window_days([D(2026, 1, 1), D(2026, 1, 3)], D(2026, 1, 3), 7)) == 3
 
 
-def test_shrunk_rates_by_hand(spark):
-    counts = spark.createDataFrame([("a", 48), ("c", 24)], "id string, n long")
-    ids = spark.createDataFrame([("a",), ("b",)], "id string")
-    got = {
-        r.id: r
-        for r in estimate_rates(
-            counts, ids, "id", hours=48.0, prior_hours=24.0, rate_floor=1e-3
-        ).collect()
-    }
-    # population mean m = (48 + 0 + 24) / (3 ids * 48 h) = 0.5 per hour
+def frame(spark, rows):
+    return spark.createDataFrame(rows, "id string, t int, n long")
+
+
+def ids_frame(spark, ids):
+    return spark.createDataFrame([(i,) for i in ids], "id string")
+
+
+def run(spark, rows, ids, offsets, **params):
+    out = estimate(frame(spark, rows), ids_frame(spark, ids), "id", offsets, RateParams(**params))
+    return {r.id: r for r in out.collect()}
+
+
+def test_trailing_mean_prior_by_hand(spark):
+    rows = [("a", -1, 24), ("a", 0, 24), ("c", 0, 24)]
+    got = run(spark, rows, ["a", "b"], [-1, 0], method="trailing_mean_prior", prior_hours=24.0)
+    # 48 hours; population mean m = (48 + 0 + 24) / (3 ids * 48 h) = 0.5 per hour
     assert got["a"].prior_rate == pytest.approx(0.5)
-    assert got["a"].rate == pytest.approx((48 + 0.5 * 24) / (48 + 24))  # 0.8333
+    assert got["a"].rate == pytest.approx((48 + 0.5 * 24) / (48 + 24))
     assert got["b"].rate == pytest.approx((0 + 0.5 * 24) / 72)  # no activity: still > 0
     assert got["c"].rate == pytest.approx((24 + 12) / 72)  # an id only seen in the counts
-    assert got["b"].n == 0
+    assert (got["b"].n, got["a"].n_today) == (0, 24)
 
 
-def test_no_history_at_all_gives_the_floor_prior(spark):
-    counts = spark.createDataFrame([], "id string, n long")
-    ids = spark.createDataFrame([("x",), ("y",)], "id string")
-    got = {r.id: r.rate for r in estimate_rates(counts, ids, "id", 24.0, 24.0, 0.01).collect()}
-    assert got == {"x": pytest.approx(0.01 * 24 / 48), "y": pytest.approx(0.005)}
+def test_trailing_mean_is_the_plain_average(spark):
+    got = run(spark, [("a", -2, 10), ("a", 0, 20)], ["a", "z"], [-2, -1, 0], method="trailing_mean")
+    assert got["a"].rate == pytest.approx(30 / 72)
+    assert got["z"].rate == 0.0
 
 
-def test_without_prior_the_rate_is_the_trailing_mean(spark):
-    counts = spark.createDataFrame([("a", 30)], "id string, n long")
-    ids = spark.createDataFrame([("a",)], "id string")
-    (row,) = estimate_rates(counts, ids, "id", 120.0, 0.0, 1e-3).collect()
-    assert row.rate == pytest.approx(30 / 120)
+def reference_eb_trend(
+    counts: np.ndarray, offsets: np.ndarray, half_life: float, damping: float, floor: float
+):
+    """The formulas of jobs/estimators.py's docstring, written again with numpy."""
+    w = 2.0 ** (offsets / half_life)
+    exposure = 24 * w.sum()
+    s0 = counts @ w
+    r = s0 / exposure
+    m, v = max(r.mean(), floor), r.var()
+    s2 = max(v - m * (w**2).sum() / (24 * w.sum() ** 2), (m / 20) ** 2)
+    alpha, beta = m * m / s2, m / s2
+    tb = (w * offsets).sum() / w.sum()
+    q = (w * (offsets - tb) ** 2).sum()
+    slope = counts @ (w * (offsets - tb)) / q
+    level = (alpha + s0) / (beta + exposure)
+    slope_var = 24 * level * (w**2 * (offsets - tb) ** 2).sum() / q**2
+    shrink = slope**2 / (slope**2 + slope_var)
+    per_slope = damping * s0 / (s0 + alpha) * shrink * (1 - tb) / 24
+    sd = np.sqrt(
+        (np.sqrt(alpha + s0) / (beta + exposure)) ** 2 + (per_slope * np.sqrt(slope_var)) ** 2
+    )
+    return np.maximum(level + per_slope * slope, floor), sd
+
+
+def test_eb_trend_matches_an_independent_transcription(spark):
+    rng = np.random.default_rng(3)
+    offsets = np.arange(-6, 1)
+    base = rng.gamma(2.0, 10.0, size=40)
+    growth = rng.uniform(-0.2, 0.2, size=40)
+    counts = rng.poisson(base[:, None] * (1 + growth[:, None]) ** (offsets[None, :] + 6))
+    rows = [
+        (f"i{i}", int(t), int(c))
+        for i in range(40)
+        for t, c in zip(offsets, counts[i], strict=True)
+        if c
+    ]
+    got = run(
+        spark,
+        rows,
+        [f"i{i}" for i in range(40)],
+        list(offsets),
+        half_life_days=2.5,
+        trend_damping=0.7,
+    )
+    rate, sd = reference_eb_trend(counts.astype(float), offsets.astype(float), 2.5, 0.7, 1e-3)
+    assert [got[f"i{i}"].rate for i in range(40)] == pytest.approx(list(rate), rel=1e-9)
+    assert [got[f"i{i}"].rate_sd for i in range(40)] == pytest.approx(list(sd), rel=1e-9)
+
+
+def test_eb_trend_follows_trends_and_shrinks_the_unknown(spark):
+    offsets = list(range(-6, 1))
+    rows = []
+    for i in range(30):  # a population of steady ids around 24 a day
+        rows += [(f"s{i}", t, 20 + (i % 9)) for t in offsets]
+    rows += [("up", t, 10 * (t + 7)) for t in offsets]  # 10, 20, ..., 70
+    rows += [("down", t, 10 * (7 - (t + 6))) for t in offsets]  # 70, 60, ..., 10
+    got = run(spark, rows, ["new"], offsets)
+    mean_up = sum(10 * (t + 7) for t in offsets) / (24 * 7)
+    assert mean_up == pytest.approx(40 / 24)
+    assert got["up"].rate > 55 / 24  # far above the trailing mean (40/day), heading for ~80/day
+    assert got["down"].rate < 25 / 24  # far below it, heading for ~0
+    assert got["up"].trend_per_day == pytest.approx(10.0) and got[
+        "down"
+    ].trend_per_day == pytest.approx(-10.0)
+    # an id without a single event all week: a week of silence is evidence of a low rate,
+    # but the prior keeps it above zero (posterior mean alpha / (beta + exposure))
+    assert 0 < got["new"].rate < 0.25 * got["new"].prior_rate
+    assert got["new"].trend_per_day == 0
+    steady = got["s4"]  # 24 a day, every day: barely moved by the prior
+    assert steady.rate == pytest.approx(24 / 24, rel=0.02)
+    assert steady.rate_sd < 0.1 * steady.rate
+
+
+def test_a_flash_producer_is_flagged_and_its_rate_jumps(spark):
+    rates = spark.createDataFrame(
+        [("flash", 1.5, 100), ("steady", 1.0, 26), ("tiny", 0.2, 5), ("newcomer", 3.0, 80)],
+        "producer_id string, rate double, n_today long",
+    )
+    previous = spark.createDataFrame(
+        [("flash", 0.8, 1.0), ("steady", 0.8, 1.0), ("tiny", 0.005, 0.01)],
+        "producer_id string, events_per_hour double, rate_hi double",
+    )
+    got = {
+        r.producer_id: r for r in flag_flash(rates, previous, factor=4.0, min_events=12).collect()
+    }
+    assert got["flash"].flash and got["flash"].rate == pytest.approx(100 / 24)
+    assert not got["steady"].flash and got["steady"].rate == 1.0
+    assert got["flash"].forecast_prev == 0.8  # yesterday's point forecast is kept for reports
+    assert got["flash"].forecast_prev == 0.8  # yesterday's point forecast is kept for reports
+    assert not got["tiny"].flash  # 5 events is 20x the forecast, but too few to call a flash
+    assert (
+        not got["newcomer"].flash and got["newcomer"].forecast_prev is None
+    )  # no forecast to beat

@@ -166,3 +166,27 @@ def test_an_empty_graph_costs_nothing_under_every_strategy(spark):
     got = _costs(spark, e)
     assert set(got) == {"push-all", "pull-all", "ff-per-pair", "ff-consumer"}
     assert all(r["total_cost"] == 0 and r["consumers"] == 0 for r in got.values())
+
+
+@pytest.mark.parametrize(
+    ("current", "theta", "expected"),
+    [
+        (None, 2.9, "pull"),  # no current mode: the plain rule at H/L = 3
+        ("push", 2.9, "push"),  # pushed now: stays pushed down to 3/1.2 = 2.5
+        ("push", 2.4, "pull"),
+        ("pull", 3.3, "pull"),  # pulled now: needs 3*1.2 = 3.6
+        ("pull", 3.6, "push"),
+    ],
+)
+def test_hysteresis_around_the_threshold(spark, current, theta, expected):
+    follows = spark.createDataFrame([("c", "p")], "consumer_id string, producer_id string")
+    pr = spark.createDataFrame([("p", 1.0)], "producer_id string, events_per_hour double")
+    cr = spark.createDataFrame([("c", theta)], "consumer_id string, views_per_hour double")
+    plan = None
+    if current is not None:
+        plan = spark.createDataFrame(
+            [("c", "p", current)], "consumer_id string, producer_id string, mode string"
+        )
+    e = feeding_frenzy.edge_inputs(follows, pr, cr, plan)
+    assert modes(feeding_frenzy.ff_per_pair(e, 3.0, margin=0.2)) == {("c", "p"): expected}
+    assert modes(feeding_frenzy.ff_consumer(e, 3.0, margin=0.2)) == {("c", "p"): expected}

@@ -47,8 +47,21 @@ class Settings:
     coherency: str = "global"
     strategies: tuple[str, ...] = STRATEGIES
     """Strategies computed and costed each day (``auto`` picks among these)."""
+    rate_method: str = "eb_trend"
+    """eb_trend | trailing_mean_prior (see jobs/estimators.py)."""
+    rate_half_life_days: float = 3.0
+    """eb_trend: a day's counts weigh half as much as the next day's after this many days."""
+    rate_trend_damping: float = 0.5
+    """eb_trend: share of the fitted daily trend carried into tomorrow's forecast."""
+    flash_factor: float = 4.0
+    """A producer whose events today exceed this many times its forecast is a flash producer."""
+    flash_min_events: int = 12
+    """...and posted at least this many events today (tiny counts are never a flash)."""
+    mode_change_margin: float = 0.2
+    """Hysteresis: a pushed edge turns pull below H/L/(1+m), a pulled one turns push at
+    H/L*(1+m) or above (Feeding Frenzy 4.3: only update when the decision really changes)."""
     prior_hours: float = 24.0
-    """Strength of the rate prior, in hours of observation at the population mean rate."""
+    """trailing_mean_prior: strength of the prior, in hours at the population mean rate."""
     rate_floor: float = 1e-3
     """Lower bound (per hour) of the prior rate, so no id ever has rate 0."""
     max_lateness_days: int = 30
@@ -69,6 +82,16 @@ class Settings:
             raise ConfigError("prior_hours must be >= 0 and rate_floor > 0")
         if not 0 <= self.max_quarantine_share <= 1:
             raise ConfigError("max_quarantine_share must be between 0 and 1")
+        from jobs.estimators import METHODS
+
+        if self.rate_method not in METHODS[:2]:
+            raise ConfigError(f"rate_method must be one of {', '.join(METHODS[:2])}")
+        if self.rate_half_life_days <= 0 or not 0 <= self.rate_trend_damping <= 1:
+            raise ConfigError("rate_half_life_days must be > 0 and rate_trend_damping in [0, 1]")
+        if self.flash_factor <= 1 or self.flash_min_events < 0 or self.mode_change_margin < 0:
+            raise ConfigError(
+                "flash_factor must be > 1, flash_min_events and mode_change_margin >= 0"
+            )
         if self.max_lateness_days < 0:
             raise ConfigError("max_lateness_days must be >= 0")
         if self.shuffle_partitions < 1:

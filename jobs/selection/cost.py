@@ -23,20 +23,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from jobs.estimators import exact_sum
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 COST_DECIMALS = 6
-"""Costs are rounded so that reruns give identical rows (double sums depend on order)."""
+"""Costs are summed exactly (``exact_sum``) and reported to 6 decimals, so reruns give
+identical rows."""
 
 
 def sources_per_consumer(assignments: DataFrame) -> DataFrame:
-    """Per (strategy, consumer): theta, sources read |V_c|, and pushed event rate.
+    """Per (strategy, consumer): theta, sources read |V_c|, pushed event rate, and edges
+    whose mode differs from their ``current_mode`` (the plan served now).
 
-    ``assignments``: strategy, consumer_id, producer_id, mode, source_id, phi, theta."""
+    ``assignments``: strategy, consumer_id, producer_id, mode, source_id, phi, theta,
+    current_mode."""
     from pyspark.sql import functions as F
 
     is_push = F.col("mode") == "push"
+    changed = F.col("current_mode").isNotNull() & (F.col("mode") != F.col("current_mode"))
     return (
         assignments.groupBy("strategy", "consumer_id")
         .agg(
@@ -47,7 +53,8 @@ def sources_per_consumer(assignments: DataFrame) -> DataFrame:
             F.count_distinct(F.when(F.col("mode") == "view", F.col("source_id"))).alias(
                 "n_views_read"
             ),
-            F.sum(F.when(is_push, F.col("phi")).otherwise(0.0)).alias("push_phi"),
+            exact_sum(F.when(is_push, F.col("phi")).otherwise(0.0)).alias("push_phi"),
+            F.sum(F.when(changed, 1).otherwise(0)).alias("mode_changes"),
         )
         .withColumn(
             "n_sources",
@@ -64,7 +71,7 @@ def weighted_percentiles(per_consumer: DataFrame, qs: Sequence[float]) -> DataFr
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    hist = per_consumer.groupBy("strategy", "n_sources").agg(F.sum("theta").alias("w"))
+    hist = per_consumer.groupBy("strategy", "n_sources").agg(exact_sum(F.col("theta")).alias("w"))
     w_cum = (
         Window.partitionBy("strategy")
         .orderBy("n_sources")
@@ -100,16 +107,17 @@ def plan_costs(
         0.0
     )
     consumer_side = per_c.groupBy("strategy").agg(
-        F.sum(F.col("push_phi") * F.lit(H)).alias("feed_maintenance"),
-        F.sum(ev).alias("evaluation_cost"),
+        exact_sum(F.col("push_phi") * F.lit(H)).alias("feed_maintenance"),
+        exact_sum(ev).alias("evaluation_cost"),
         F.sum("n_push").alias("push_edges"),
         F.sum("n_pull").alias("pull_edges"),
         F.sum("n_view_edges").alias("view_edges"),
         F.sum(F.when(F.col("n_push") > 0, 1).otherwise(0)).alias("personal_feeds"),
         F.count("*").alias("consumers"),
+        F.sum("mode_changes").alias("mode_changes"),
     )
     view_side = view_members.groupBy("strategy").agg(
-        (F.sum("phi") * F.lit(H)).alias("view_maintenance"),
+        (exact_sum(F.col("phi")) * F.lit(H)).alias("view_maintenance"),
         F.count_distinct("view_id").alias("shared_views"),
     )
     pct = weighted_percentiles(per_c, (0.50, 0.95, 0.99))
@@ -134,6 +142,7 @@ def plan_costs(
             zero("view_edges").alias("view_edges"),
             (zero("personal_feeds") + zero("shared_views")).alias("views"),
             zero("consumers").alias("consumers"),
+            zero("mode_changes").alias("mode_changes"),
             "sources_p50",
             "sources_p95",
             "sources_p99",

@@ -24,9 +24,16 @@ if TYPE_CHECKING:
 
 
 def edge_inputs(
-    follows: DataFrame, producer_rates: DataFrame, consumer_rates: DataFrame
+    follows: DataFrame,
+    producer_rates: DataFrame,
+    consumer_rates: DataFrame,
+    current: DataFrame | None = None,
 ) -> DataFrame:
-    """Follow edges with phi, theta, phi_sum and ratio = theta/phi."""
+    """Follow edges with phi, theta, phi_sum, ratio = theta/phi and ``current_mode``: the
+    edge's mode in the plan being served now (``current``: an edge plan; null for new edges
+    or when there is none), which the hysteresis of :func:`ff_per_pair` and
+    :func:`ff_consumer` starts from. ``consumer_pushed`` is true when all of the consumer's
+    current edges are pushed, false when none is, null otherwise."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -37,9 +44,44 @@ def edge_inputs(
         .join(pr, "producer_id", "left")
         .join(cr, "consumer_id", "left")
     )
-    return edges.withColumn(
-        "phi_sum", F.sum("phi").over(Window.partitionBy("consumer_id"))
-    ).withColumn("ratio", F.try_divide(F.col("theta"), F.col("phi")))
+    if current is None:
+        edges = edges.withColumn("current_mode", F.lit(None).cast("string"))
+    else:
+        modes = current.select("consumer_id", "producer_id", F.col("mode").alias("current_mode"))
+        edges = edges.join(modes, ["consumer_id", "producer_id"], "left")
+    by_consumer = Window.partitionBy("consumer_id")
+    any_push = F.max((F.col("current_mode") == "push").cast("int")).over(by_consumer)
+    any_other = F.max(
+        F.col("current_mode").isNotNull().cast("int")
+        * (F.col("current_mode") != "push").cast("int")
+    ).over(by_consumer)
+    pushed = F.when((any_push == 1) & (any_other == 0), True).when(
+        (any_push == 0) & (any_other == 1), False
+    )
+    return (
+        edges.withColumn(  # summed exactly (see exact_sum): the same decision on every rerun
+            "phi_sum", F.sum(F.col("phi").cast("decimal(38,18)")).over(by_consumer).cast("double")
+        )
+        .withColumn("ratio", F.try_divide(F.col("theta"), F.col("phi")))
+        .withColumn("consumer_pushed", pushed)
+    )
+
+
+def with_hysteresis(
+    value: Column, bound: Column, pushed_now: Column, threshold: float, margin: float
+) -> Column:
+    """Push iff ``value >= threshold * bound``, except that what is pushed now stays pushed
+    down to ``threshold/(1+margin)`` and what is pulled now needs ``threshold*(1+margin)``
+    (Feeding Frenzy 4.3: change an edge only when its decision really changes). A null
+    ``pushed_now`` (no current mode) takes the plain rule."""
+    from pyspark.sql import functions as F
+
+    up, down = threshold * (1 + margin), threshold / (1 + margin)
+    return (
+        F.when(pushed_now.isNull(), value >= F.lit(threshold) * bound)
+        .when(pushed_now, value >= F.lit(down) * bound)
+        .otherwise(value >= F.lit(up) * bound)
+    )
 
 
 def _with_mode(edges: DataFrame, strategy: str, push: Column) -> DataFrame:
@@ -55,6 +97,7 @@ def _with_mode(edges: DataFrame, strategy: str, push: Column) -> DataFrame:
         "phi",
         "theta",
         "ratio",
+        "current_mode",
     )
 
 
@@ -70,15 +113,22 @@ def pull_all(edges: DataFrame) -> DataFrame:
     return _with_mode(edges, "pull-all", F.lit(False))
 
 
-def ff_per_pair(edges: DataFrame, threshold: float) -> DataFrame:
-    """Lemma 1: push iff theta_c / phi_p >= H/L."""
+def ff_per_pair(edges: DataFrame, threshold: float, margin: float = 0.0) -> DataFrame:
+    """Lemma 1: push iff theta_c / phi_p >= H/L (with hysteresis ``margin`` around H/L for
+    edges that have a mode today)."""
     from pyspark.sql import functions as F
 
-    return _with_mode(edges, "ff-per-pair", F.col("theta") >= F.lit(threshold) * F.col("phi"))
+    current = F.when(F.col("current_mode").isin("push", "pull"), F.col("current_mode") == "push")
+    push = with_hysteresis(F.col("theta"), F.col("phi"), current, threshold, margin)
+    return _with_mode(edges, "ff-per-pair", push)
 
 
-def ff_consumer(edges: DataFrame, threshold: float) -> DataFrame:
-    """Lemma 2 / Theorem 2: push all of c's edges iff theta_c / sum phi >= H/L."""
+def ff_consumer(edges: DataFrame, threshold: float, margin: float = 0.0) -> DataFrame:
+    """Lemma 2 / Theorem 2: push all of c's edges iff theta_c / sum phi >= H/L (with
+    hysteresis for consumers whose edges are all pushed or all pulled today)."""
     from pyspark.sql import functions as F
 
-    return _with_mode(edges, "ff-consumer", F.col("theta") >= F.lit(threshold) * F.col("phi_sum"))
+    push = with_hysteresis(
+        F.col("theta"), F.col("phi_sum"), F.col("consumer_pushed"), threshold, margin
+    )
+    return _with_mode(edges, "ff-consumer", push)
