@@ -48,6 +48,16 @@ def _flag(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
 
 
+def _stages(value: str) -> tuple[str, ...]:
+    from jobs.stages import STAGES
+
+    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in chosen if v not in STAGES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"stages must be among {', '.join(STAGES)}")
+    return tuple(s for s in STAGES if s in chosen)  # always in pipeline order
+
+
 def _settings_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("settings (override feedpipe.toml and FEEDPIPE_* variables)")
@@ -129,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--full-refresh", action="store_true", help="rebuild feeds from all clean events"
     )
+    r.add_argument("--stages", type=_stages, help="comma-separated subset, e.g. ingest,rates")
 
     b = sub.add_parser(
         "backfill", parents=[common], help="all stages for each day of a range, in order"
@@ -136,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--start", required=True, type=_date)
     b.add_argument("--end", required=True, type=_date)
     b.add_argument("--full-refresh", action="store_true")
+    b.add_argument("--stages", type=_stages, help="comma-separated subset, e.g. ingest")
 
     f = sub.add_parser("feed", parents=[common], help="print assembled feeds (no Spark)")
     who = f.add_mutually_exclusive_group(required=True)
@@ -279,9 +291,9 @@ def dispatch(args: argparse.Namespace) -> int:
 
     result: Any
     if verb == "run":
-        result = stages.run_day(settings, args.ds, full_refresh=args.full_refresh)
+        result = stages.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
     elif verb == "backfill":
-        result = stages.backfill(settings, args.start, args.end, args.full_refresh)
+        result = stages.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
     else:
         result = stages.run_stage(
             verb, settings, args.ds, full_refresh=getattr(args, "full_refresh", False)

@@ -25,8 +25,11 @@ Details of ``eb_trend`` for one id with weighted daily counts ``S0 = sum_t w_t n
 * level: the posterior mean ``(alpha + S0) / (beta + E)``, with posterior standard deviation
   ``sqrt(alpha + S0) / (beta + E)``;
 * trend: slope ``b = sum w (t - tbar) n / sum w (t - tbar)^2`` events/day per day. Poisson
-  noise alone gives it variance ``V = 24*level * sum w^2 (t - tbar)^2 / (sum w (t - tbar)^2)^2``,
-  so it is shrunk by ``b^2 / (b^2 + V)`` (two noisy days are not a trend); the forecast for D+1
+  noise gives it variance ``V = 24*level * sum w^2 (t - tbar)^2 / (sum w (t - tbar)^2)^2``
+  times the day's overdispersion ``d >= 1`` (the residual sum of squares of all ids' weighted
+  linear fits over what Poisson noise would leave: bursty data has d >> 1, so its bursts are
+  not mistaken for trends), and it is shrunk by ``b^2 / (b^2 + V)``; the forecast for D+1
+
   adds ``damping * S0/(S0 + alpha) * shrink * b * (1 - tbar) / 24`` per hour (the trend of an id
   with little evidence is shrunk away with its level), and the trend's own uncertainty is added
   to the standard deviation;
@@ -127,6 +130,7 @@ def estimate(
         F.sum(F.when(F.col("t") == 0, F.col("n")).otherwise(0)).cast("long").alias("n_today"),
         exact_sum(w * F.col("n")).alias("s0"),
         exact_sum(w * (F.col("t") - F.lit(tb)) * F.col("n")).alias("s1"),
+        exact_sum(w * F.col("n") * F.col("n")).alias("s2n"),
     )
     per_id = _zero_filled(per_id, ids, id_col)
 
@@ -167,15 +171,27 @@ def estimate(
     exposure = 24.0 * win.w_sum
     noise = win.w2_sum / (24.0 * win.w_sum**2)
     r = F.col("s0") / F.lit(exposure)
+    q = win.t_var_sum
+    # overdispersion: the residual sum of squares of each id's weighted linear fit against
+    # what Poisson noise would leave (level * residual degrees of freedom), over all ids
+    fit_dof = win.w_sum - win.w2_sum / win.w_sum - (win.t_var_sum_w2 / q if q > 0 else 0.0)
+    rss = F.col("s2n") - F.col("s0") * F.col("s0") / F.lit(win.w_sum)
+    if q > 0:
+        rss = rss - F.col("s1") * F.col("s1") / F.lit(q)
+    expected_rss = F.col("s0") / F.lit(win.w_sum) * F.lit(fit_dof)
     moments = per_id.agg(
         F.try_divide(exact_sum(r), F.count("*")).alias("mean"),
         F.try_divide(exact_sum(r * r), F.count("*")).alias("mean_sq"),
+        F.try_divide(exact_sum(F.greatest(rss, F.lit(0.0))), exact_sum(expected_rss)).alias("disp"),
     )
     pop = moments.select(
         F.greatest(F.coalesce(F.col("mean"), F.lit(0.0)), F.lit(params.rate_floor)).alias("m"),
         F.greatest(
             F.coalesce(F.col("mean_sq") - F.col("mean") * F.col("mean"), F.lit(0.0)), F.lit(0.0)
         ).alias("v"),
+        F.greatest(
+            F.coalesce(F.col("disp"), F.lit(1.0)) if fit_dof > 1e-9 else F.lit(1.0), F.lit(1.0)
+        ).alias("dispersion"),
     )
     # prior variance: what is left of the spread once Poisson noise is taken out; never
     # below (m/2)^2 / 100 so that alpha stays finite when ids barely differ
@@ -184,15 +200,18 @@ def estimate(
         F.col("m").alias("prior_rate"),
         (F.col("m") * F.col("m") / s2).alias("alpha"),
         (F.col("m") / s2).alias("beta"),
+        "dispersion",
     )
-    q = win.t_var_sum
     slope = F.col("s1") / F.lit(q) if q > 0 else F.lit(0.0)
     level = (F.col("alpha") + F.col("s0")) / (F.col("beta") + F.lit(exposure))
     level_sd = F.sqrt(F.col("alpha") + F.col("s0")) / (F.col("beta") + F.lit(exposure))
     reliability = F.col("s0") / (F.col("s0") + F.col("alpha"))
-    # Poisson noise alone gives the slope a variance of level_day * sum w^2 (t-tbar)^2 / q^2;
-    # a slope that does not stand out from it is shrunk toward 0
-    slope_var = level * F.lit(24.0 * win.t_var_sum_w2 / q**2) if q > 0 else F.lit(0.0)
+    # Poisson noise gives the slope a variance of level_day * sum w^2 (t-tbar)^2 / q^2, times
+    # the day's overdispersion; a slope that does not stand out from it is shrunk toward 0
+    slope_var = (
+        level * F.lit(24.0 * win.t_var_sum_w2 / q**2) * F.col("dispersion") if q > 0 else F.lit(0.0)
+    )
+
     shrink = F.coalesce(F.try_divide(slope * slope, slope * slope + slope_var), F.lit(0.0))
     per_slope = F.lit(params.trend_damping * (1.0 - tb) / 24.0) * reliability * shrink
     trend = per_slope * slope

@@ -89,21 +89,32 @@ def run_stage(
 
 
 def run_day(
-    settings: Settings, ds: dt.date, spark: SparkSession | None = None, full_refresh: bool = False
+    settings: Settings,
+    ds: dt.date,
+    spark: SparkSession | None = None,
+    full_refresh: bool = False,
+    only: tuple[str, ...] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """All stages of one day in one Spark application."""
-    if spark is None:
+    """All stages (or ``only`` these) of one day in one Spark application."""
+    chosen = only or STAGES
+    if spark is None and any(s in SPARK_STAGES for s in chosen):
         from jobs.common.spark import build_session
 
         spark = build_session(settings, f"feedpipe-run-{ds}")
-    return {s: run_stage(s, settings, ds, spark, full_refresh) for s in STAGES}
+    return {s: run_stage(s, settings, ds, spark, full_refresh) for s in chosen}
 
 
 def backfill(
-    settings: Settings, start: dt.date, end: dt.date, full_refresh: bool = False
+    settings: Settings,
+    start: dt.date,
+    end: dt.date,
+    full_refresh: bool = False,
+    only: tuple[str, ...] | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Days ``start``..``end`` in order (each day's feeds build on the previous day's)."""
     from jobs.common.spark import build_session
 
     spark = build_session(settings, f"feedpipe-backfill-{start}-{end}")
-    return {d.isoformat(): run_day(settings, d, spark, full_refresh) for d in days(start, end)}
+    return {
+        d.isoformat(): run_day(settings, d, spark, full_refresh, only) for d in days(start, end)
+    }

@@ -75,7 +75,13 @@ def reference_eb_trend(
     q = (w * (offsets - tb) ** 2).sum()
     slope = counts @ (w * (offsets - tb)) / q
     level = (alpha + s0) / (beta + exposure)
-    slope_var = 24 * level * (w**2 * (offsets - tb) ** 2).sum() / q**2
+    qw2 = (w**2 * (offsets - tb) ** 2).sum()
+    s1 = counts @ (w * (offsets - tb))
+    rss = (counts**2) @ w - s0**2 / w.sum() - s1**2 / q
+    fit_dof = w.sum() - (w**2).sum() / w.sum() - qw2 / q
+    dispersion = max(1.0, np.maximum(rss, 0).sum() / (s0 / w.sum() * fit_dof).sum())
+    slope_var = 24 * level * qw2 / q**2 * dispersion
+
     shrink = slope**2 / (slope**2 + slope_var)
     per_slope = damping * s0 / (s0 + alpha) * shrink * (1 - tb) / 24
     sd = np.sqrt(
