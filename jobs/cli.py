@@ -28,7 +28,16 @@ SETTING_FLAGS: dict[str, tuple[str, type, str]] = {
     "feed_k": ("--feed-k", int, "events per feed (k)"),
     "rate_window_days": ("--rate-window-days", int, "days of history behind each rate"),
     "strategy": ("--strategy", str, f"auto or one of: {', '.join(STRATEGIES)}"),
-    "coherency": ("--coherency", str, "global"),
+    "coherency": ("--coherency", str, "global or per_producer"),
+    "feed_k_per_producer": ("--feed-k-per-producer", int, "k_p under per-producer coherency"),
+    "latency_metric": ("--latency-metric", str, "latency target bounds: sources or pulls"),
+    "latency_bound": ("--latency-bound", int, "at most this many sources/pulls per view"),
+    "latency_quantile": ("--latency-quantile", float, "...for this share of feed views"),
+    "inactive_after_days": (
+        "--inactive-after-days",
+        int,
+        "no materialized feed after this many days without a view (0: off)",
+    ),
 }
 
 

@@ -54,7 +54,7 @@ class RateParams:
     prior_hours: float = 24.0
     rate_floor: float = 1e-3
     half_life_days: float = 3.0
-    trend_damping: float = 0.5
+    trend_damping: float = 0.25
 
 
 @dataclass(frozen=True)

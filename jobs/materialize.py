@@ -17,6 +17,10 @@ the day, bounded by k per producer); a consumer whose
 push set changed (follow, unfollow, or an edge moved between push and pull) is refilled
 from D's producer feeds. ``--full-refresh`` recomputes everything from clean events; both
 give the same rows (tested).
+
+Per-producer coherency: consumer feeds hold the k,t-diverse selection over each consumer's
+pushed producers (:func:`consumer_feed_diverse`), chosen afresh each day from the day's
+producer feeds since the diversity window moves with the day (docs/feeds.md).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from jobs import reader
 from jobs.common.config import Settings
 from jobs.common.storage import Storage, ds_dir
 from jobs.common.tables import (
@@ -93,6 +98,35 @@ def push_edges(edge_plan: DataFrame) -> DataFrame:
 def consumer_feed_full(producer_feed: DataFrame, pushed: DataFrame, k: int) -> DataFrame:
     rows = pushed.join(producer_feed.select("producer_id", "event_id", "created_at"), "producer_id")
     return latest_k(rows, "consumer_id", k)
+
+
+def consumer_feed_diverse(
+    producer_feed: DataFrame, pushed: DataFrame, k: int, k_p: int, recent_since: dt.datetime
+) -> DataFrame:
+    """Per-producer coherency (Feeding Frenzy 2.2, 3.2.1): each consumer's feed over its
+    pushed producers is chosen from their latest ``k_p`` events each: first the newest event of
+    every producer with an event since ``recent_since`` (newest first, at most k), then the
+    newest of the rest, k in all; ranked by time. This is the reader's selection
+    (``jobs.reader.select_diverse``) restricted to pushed producers, which holds every pushed
+    event the assembled feed can show (see docs/feeds.md)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    pool = pushed.join(
+        producer_feed.where(F.col("rank") <= k_p).select(
+            "producer_id", "event_id", "created_at", F.col("rank").alias("_prank")
+        ),
+        "producer_id",
+    )
+    first = (F.col("_prank") == 1) & (F.col("created_at") >= F.lit(recent_since))
+    by_pick = Window.partitionBy("consumer_id").orderBy(
+        first.desc(), F.col("created_at").desc(), F.col("event_id").desc()
+    )
+    picked = pool.withColumn("_pick", F.row_number().over(by_pick)).where(F.col("_pick") <= k)
+    by_time = Window.partitionBy("consumer_id").orderBy(
+        F.col("created_at").desc(), F.col("event_id").desc()
+    )
+    return picked.withColumn("rank", F.row_number().over(by_time)).drop("_pick", "_prank")
 
 
 def changed_consumers(pushed: DataFrame, pushed_before: DataFrame) -> DataFrame:
@@ -196,7 +230,17 @@ def run(
     write_partition(producer_feed, wh, pf_c, ds)
     producer_feed = read_partition(spark, wh, pf_c, ds)  # read back: do not recompute the merge
 
-    if incremental:
+    if settings.coherency == "per_producer":
+        # the diversity window moves with the day: every pushed feed is chosen again from
+        # the day's producer feeds (bounded by k_p rows per pushed edge)
+        consumer_feed = consumer_feed_diverse(
+            producer_feed,
+            pushed,
+            k,
+            settings.feed_k_per_producer,
+            reader.recent_since(ds, settings.diversity_hours),
+        )
+    elif incremental:
         consumer_feed = consumer_feed_incremental(
             read_partition(spark, wh, cf_c, prev),
             push_edges(read_partition(spark, wh, contract("plan", "edge_plan"), prev)),
@@ -216,5 +260,7 @@ def run(
         "reason": why,
         "feed_k": k,
         "coherency": settings.coherency,
+        "feed_k_per_producer": settings.feed_k_per_producer,
+        "diversity_hours": settings.diversity_hours,
     }
     return stats

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import STRATEGIES, Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, empty_frame, read_partition, write_partition
-from jobs.selection import cost, feeding_frenzy
+from jobs.selection import cost, feeding_frenzy, latency
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,16 +29,36 @@ log = logging.getLogger(__name__)
 
 
 def assignments(edges: DataFrame, settings: Settings) -> DataFrame:
-    """Every computed strategy's edge assignment, stacked (column ``strategy``)."""
-    builders = {
-        "push-all": lambda e: feeding_frenzy.push_all(e),
+    """Every computed strategy's edge assignment, stacked (column ``strategy``).
+
+    Inactive consumers' edges are pulls under every strategy (``latency.pull_inactive``);
+    the latency-constrained strategies start from the FF-PerPair plan after that rule."""
+
+    def min_cost(e: DataFrame) -> DataFrame:
+        plan = feeding_frenzy.ff_per_pair(e, settings.threshold, settings.mode_change_margin)
+        return latency.pull_inactive(plan)
+
+    def constrained(name: str, per_consumer: bool) -> Callable[[DataFrame], DataFrame]:
+        return lambda e: latency.latency_constrained(
+            min_cost(e),
+            name,
+            settings.push_cost,
+            settings.pull_cost,
+            settings.latency_metric,
+            settings.latency_bound,
+            settings.latency_quantile,
+            per_consumer,
+        )
+
+    builders: dict[str, Callable[[DataFrame], DataFrame]] = {
+        "push-all": lambda e: latency.pull_inactive(feeding_frenzy.push_all(e)),
         "pull-all": lambda e: feeding_frenzy.pull_all(e),
-        "ff-per-pair": lambda e: feeding_frenzy.ff_per_pair(
-            e, settings.threshold, settings.mode_change_margin
+        "ff-per-pair": min_cost,
+        "ff-consumer": lambda e: latency.pull_inactive(
+            feeding_frenzy.ff_consumer(e, settings.threshold, settings.mode_change_margin)
         ),
-        "ff-consumer": lambda e: feeding_frenzy.ff_consumer(
-            e, settings.threshold, settings.mode_change_margin
-        ),
+        "ff-latency-pair": constrained("ff-latency-pair", False),
+        "ff-latency-consumer": constrained("ff-latency-consumer", True),
     }
     frames = [builders[s](edges) for s in settings.served_strategies]
     out = frames[0]
@@ -68,14 +89,26 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     ep_c = contract("plan", "edge_plan")
     prev = ds - dt.timedelta(days=1)
     current = read_partition(spark, wh, ep_c, prev) if wh.is_dir(*ep_c.parts(prev)) else None
-    edges = feeding_frenzy.edge_inputs(follows, pr, cr, current)
+    cr = cr.withColumn("active", latency.consumer_activity(F.lit(ds), settings.inactive_after_days))
+    edges = feeding_frenzy.edge_inputs(follows, pr, cr, current).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     stacked = assignments(edges, settings).persist(StorageLevel.MEMORY_AND_DISK)
 
     vm_schema = "strategy string, view_id string, producer_id string, phi double"
     shared_members = spark.createDataFrame([], vm_schema)
-    costs = cost.plan_costs(
-        stacked, shared_members, settings.push_cost, settings.pull_cost, settings.served_strategies
+    target = cost.LatencyTarget(
+        settings.latency_metric, settings.latency_bound, settings.latency_quantile
     )
+    costs = cost.plan_costs(
+        stacked,
+        shared_members,
+        settings.push_cost,
+        settings.pull_cost,
+        settings.served_strategies,
+        target,
+    )
+
     rows = {r["strategy"]: r.asDict() for r in costs.collect()}  # one row per strategy
     forced = None if settings.strategy == "auto" else settings.strategy
     order = [s for s in STRATEGIES if s in rows]
@@ -105,12 +138,18 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         ds,
     )
     stacked.unpersist()
+    edges.unpersist()
+
     stats = {
         "strategy": chosen,
         "forced": forced is not None,
         "cheapest": cheapest,
         "costs": {s: r.get("total_cost") for s, r in sorted(rows.items())},
         "mode_changes": rows[chosen].get("mode_changes"),
+        "latency_met": rows[chosen].get("latency_met"),
+        "latency_share": rows[chosen].get("latency_share"),
+        "inactive_consumers": rows[chosen].get("inactive_consumers"),
     }
+
     log.info("plan %s: %s", ds, stats)
     return stats

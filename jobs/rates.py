@@ -105,11 +105,31 @@ def flag_flash(
     )
 
 
+def last_view(daily: DataFrame, previous: DataFrame | None, ds: dt.date) -> DataFrame:
+    """``consumer_id, last_view_ds``: the last day with a view in the window, or the day
+    carried in D-1's rates (so the inactivity rule can look further back than the window)."""
+    from pyspark.sql import functions as F
+
+    seen = (
+        daily.where(F.col("n") > 0)
+        .groupBy("consumer_id")
+        .agg(F.date_add(F.lit(ds), F.max("t")).alias("_window_last"))
+    )
+    if previous is None:
+        return seen.select("consumer_id", F.col("_window_last").alias("last_view_ds"))
+    before = previous.select("consumer_id", F.col("last_view_ds").alias("_prev_last"))
+    return seen.join(before, "consumer_id", "full_outer").select(
+        "consumer_id",
+        F.greatest(F.col("_window_last"), F.col("_prev_last")).alias("last_view_ds"),
+    )
+
+
 def shape(
     est: DataFrame, id_col: str, rate_col: str, n_col: str, days: int, method: str
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
+    extra = [c for c in ("last_view_ds",) if c in est.columns]
     return est.select(
         id_col,
         F.col("rate").alias(rate_col),
@@ -125,6 +145,7 @@ def shape(
         "n_today",
         "forecast_prev",
         "flash",
+        *extra,
     )
 
 
@@ -160,17 +181,17 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         ds,
     )
 
+    # per consumer and day (bounded by consumers x window days), read by two aggregations
+    view_counts = daily_counts(read_partitions(spark, wh, vw_c, days), "consumer_id", ds).persist()
+
+    prev_consumers = read_partition(spark, wh, cr_c, prev) if wh.is_dir(*cr_c.parts(prev)) else None
     consumers = (
-        estimate(
-            daily_counts(read_partitions(spark, wh, vw_c, days), "consumer_id", ds),
-            follows.select("consumer_id"),
-            "consumer_id",
-            offsets,
-            params,
-        )
+        estimate(view_counts, follows.select("consumer_id"), "consumer_id", offsets, params)
         .withColumn("forecast_prev", F.lit(None).cast("double"))
         .withColumn("flash", F.lit(False))
+        .join(last_view(view_counts, prev_consumers, ds), "consumer_id", "left")
     )
+
     write_partition(
         shape(consumers, "consumer_id", "views_per_hour", "n_views", len(days), params.method),
         wh,
@@ -178,7 +199,9 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         ds,
     )
 
+    view_counts.unpersist()
     written = read_partition(spark, wh, pr_c, ds)
+
     flagged = written.where(F.col("flash")).orderBy(F.col("n_today").desc(), "producer_id")
     n_flash = flagged.count()
     listed = [r["producer_id"] for r in flagged.select("producer_id").limit(MAX_LISTED).collect()]

@@ -4,8 +4,11 @@ For consumer c on day D: read c's rows of ``plan/consumer_sources``, then its ma
 feed (``feeds/consumer_feed``), the shared views it reads (``feeds/view_feed``) and the
 latest events of its pulled producers (``feeds/producer_feed``); merge, drop repeated event
 ids, order by created_at then event_id (both descending) and keep the first k (global
-coherency). Every read is a pyarrow scan filtered on the ids, so answering one consumer
-touches only the row groups that can hold it.
+coherency), or choose k with k,t-diversity from each producer's latest k_p
+(:func:`select_diverse`, per-producer coherency; the day's materialize record says which).
+Every read is a pyarrow scan filtered on the ids, so answering one consumer touches only the
+row groups that can hold it.
+
 """
 
 from __future__ import annotations
@@ -51,6 +54,44 @@ def merge_latest(items: Iterable[FeedItem], k: int) -> list[FeedItem]:
     return sorted(unique.values(), key=sort_key, reverse=True)[:k]
 
 
+def feed_time(ds: dt.date) -> dt.datetime:
+    """The instant a day's feeds describe: the end of ds (UTC)."""
+    return dt.datetime.combine(ds + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+
+
+def recent_since(ds: dt.date, hours: float) -> dt.datetime:
+    """Events at or after this instant count as recent for k,t-diversity (t = ``hours``)."""
+    return feed_time(ds) - dt.timedelta(hours=hours)
+
+
+def _utc(at: dt.datetime) -> dt.datetime:
+    return at.replace(tzinfo=dt.UTC) if at.tzinfo is None else at.astimezone(dt.UTC)
+
+
+def select_diverse(
+    items: Iterable[FeedItem], k: int, k_p: int, since: dt.datetime
+) -> list[FeedItem]:
+    """Per-producer coherency with k,t-diversity (Feeding Frenzy 2.2.1), newest first.
+
+    The pool holds each producer's latest ``k_p`` events. The feed takes first the newest event
+    of every producer that has one since ``since`` (newest first, at most k), then fills up to
+    k with the newest remaining pool events. So: if a recent producer is missing, the feed
+    is k recent producers' single newest events and no producer shows more than one
+    (k,t-diversity for any k >= 1); each producer's shown events are its newest ones
+    (gapless); the feed is time-ordered and has no duplicates."""
+    unique = sorted({it.event_id: it for it in items}.values(), key=sort_key, reverse=True)
+    seen: dict[str, int] = defaultdict(int)
+    pool: list[tuple[bool, FeedItem]] = []
+    for it in unique:
+        seen[it.producer_id] += 1
+        if seen[it.producer_id] <= k_p:
+            first = seen[it.producer_id] == 1 and _utc(it.created_at) >= since
+            pool.append((first, it))
+    firsts = [it for first, it in pool if first][:k]
+    rest = [it for first, it in pool if not first][: k - len(firsts)]
+    return sorted(firsts + rest, key=sort_key, reverse=True)
+
+
 class FeedReader:
     def __init__(self, warehouse: str, ds: dt.date):
         self.wh = Storage.at(warehouse)
@@ -59,11 +100,11 @@ class FeedReader:
         if not self.wh.is_dir("feeds", "consumer_feed", part):
             raise FeedError(f"no feeds materialized for {ds} in {self.wh.uri('feeds')}")
         record = ("manifests", part, "stages", "materialize.json")
-        self.materialized_k = (
-            int(json.loads(self.wh.read_text(*record))["feed_k"])
-            if self.wh.exists(*record)
-            else None
-        )
+        state = json.loads(self.wh.read_text(*record)) if self.wh.exists(*record) else {}
+        self.materialized_k = int(state["feed_k"]) if "feed_k" in state else None
+        self.coherency = str(state.get("coherency", "global"))
+        self.k_per_producer = int(state.get("feed_k_per_producer", 3))
+        self.recent_since = recent_since(ds, float(state.get("diversity_hours", 24.0)))
         self.published = self.wh.exists("manifests", part, "_SUCCESS")
 
     def _scan(
@@ -109,7 +150,11 @@ class FeedReader:
             )
         by_producer: dict[str, list[FeedItem]] = defaultdict(list)
         wanted = sorted({p for ps in pulls.values() for p in ps})
-        for r in self._scan("feeds", "producer_feed", "producer_id", wanted, cols).to_pylist():
+        per_producer = self.coherency == "per_producer"
+        pf_cols = [*cols, "rank"] if per_producer else cols
+        for r in self._scan("feeds", "producer_feed", "producer_id", wanted, pf_cols).to_pylist():
+            if per_producer and r["rank"] > self.k_per_producer:
+                continue
             by_producer[r["producer_id"]].append(
                 FeedItem(r["event_id"], r["producer_id"], r["created_at"])
             )
@@ -124,6 +169,9 @@ class FeedReader:
                 items[c].extend(by_producer.get(p, ()))
             for v in views.get(c, ()):
                 items[c].extend(by_view.get(v, ()))
+        if per_producer:
+            k_p, since = self.k_per_producer, self.recent_since
+            return {c: select_diverse(items[c], limit, k_p, since) for c in consumers}
         return {c: merge_latest(items[c], limit) for c in consumers}
 
 

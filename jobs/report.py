@@ -34,7 +34,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
         f"feedpipe plan cost for {ds}  (H={h:g}, L={el:g}; cost per hour; "
         f"{'published' if is_published(wh, ds) else 'NOT published'})",
         f"  {'strategy':<14} {'total':>12} {'maint.':>12} {'eval.':>12} {'vs best pure':>12} "
-        f"{'push':>9} {'pull':>9} {'views':>7} {'src p50/p95/p99':>16}",
+        f"{'push':>9} {'pull':>9} {'views':>7} {'src p50/p95/p99':>16} {'in target':>10}",
     ]
     for r in rows:
         rel = f"{100 * (r['total_cost'] / pure - 1):+.1f}%" if pure else "n/a"
@@ -43,12 +43,23 @@ def text_report(settings: Settings, ds: dt.date) -> str:
             for c in ("sources_p50", "sources_p95", "sources_p99")
         )
         mark = " *" if r["chosen"] else "  "
+        share = r.get("latency_share")
+        target = (
+            f"{100 * share:.1f}%{'' if r.get('latency_met') else '!'}" if share is not None else "-"
+        )
         out.append(
             f"{mark}{r['strategy']:<14} {r['total_cost']:>12.1f} {r['maintenance_cost']:>12.1f} "
             f"{r['evaluation_cost']:>12.1f} {rel:>12} {r['push_edges']:>9} {r['pull_edges']:>9} "
-            f"{r['views']:>7} {pct:>16}"
+            f"{r['views']:>7} {pct:>16} {target:>10}"
         )
-    out.append("  (* = served)")
+    out.append(
+        f"  (* = served; in target: share of feed views within {settings.latency_bound} "
+        f"{settings.latency_metric}, ! = below {100 * settings.latency_quantile:g}%)"
+    )
+    inactive = rows[0].get("inactive_consumers") if rows else None
+    if inactive:
+        out.append(f"  {inactive} inactive consumers: no materialized feed, served by pull")
+
     manifest = ("manifests", ds_dir(ds), "manifest.json")
     if wh.exists(*manifest):
         m = json.loads(wh.read_text(*manifest))

@@ -82,3 +82,35 @@ def feeds(landing: Path, ds: dt.date, start: dt.date, k: int) -> dict[str, list[
     for c, ids in top.groupby("consumer_id", sort=False)["event_id"]:
         out[c] = list(ids)
     return out
+
+
+def pools(landing: Path, ds: dt.date, start: dt.date, k_p: int) -> pd.DataFrame:
+    """consumer_id, producer_id, event_id, created_at, prank: every followed producer's latest
+    k_p events (prank 1 = its newest) at the end of ds."""
+    g = pd.DataFrame(sorted(graph(landing, ds, start)), columns=["consumer_id", "producer_id"])
+    ev = events(landing, ds, start).sort_values(
+        ["producer_id", "created_at", "event_id"], ascending=[True, False, False]
+    )
+    ev["prank"] = ev.groupby("producer_id").cumcount() + 1
+    return g.merge(ev[ev["prank"] <= k_p], on="producer_id")
+
+
+def feeds_per_producer(
+    landing: Path, ds: dt.date, start: dt.date, k: int, k_p: int, hours: float
+) -> dict[str, list[str]]:
+    """Per-producer coherency with k,t-diversity, from the definition: the pool is each
+    followed producer's latest k_p events; the newest event of every producer that posted in
+    the last ``hours`` before the end of ds is shown first (newest first, at most k), the
+    rest of the k slots go to the newest remaining pool events; shown newest first."""
+    now = pd.Timestamp(ds + dt.timedelta(days=1), tz="UTC")
+    since = now - pd.Timedelta(hours=hours)
+    pool = pools(landing, ds, start, k_p)
+    g = graph(landing, ds, start)
+    out: dict[str, list[str]] = {c: [] for c, _ in g}
+    for c, rows in pool.groupby("consumer_id"):
+        rows = rows.sort_values(["created_at", "event_id"], ascending=[False, False])
+        first = (rows["prank"] == 1) & (rows["created_at"] >= since)
+        chosen = pd.concat([rows[first].head(k), rows[~first]]).head(k)
+        chosen = chosen.sort_values(["created_at", "event_id"], ascending=[False, False])
+        out[str(c)] = list(chosen["event_id"])
+    return out

@@ -58,6 +58,10 @@ def test_every_documented_environment_variable_is_read():
         ({"FEEDPIPE_STRATEGY": "fastest"}, "strategy"),
         ({"FEEDPIPE_PUSH_COST": "-1"}, "positive"),
         ({"FEEDPIPE_COHERENCY": "sometimes"}, "coherency"),
+        ({"FEEDPIPE_COHERENCY": "per_producer", "FEEDPIPE_STRATEGY": "ff-consumer"}, "Lemma 2"),
+        ({"FEEDPIPE_LATENCY_METRIC": "ms"}, "latency_metric"),
+        ({"FEEDPIPE_LATENCY_QUANTILE": "1.5"}, "latency_quantile"),
+        ({"FEEDPIPE_INACTIVE_AFTER_DAYS": "-1"}, "inactive_after_days"),
     ],
 )
 def test_bad_values_are_clear_errors(env, message):
@@ -70,3 +74,10 @@ def test_unknown_key_in_file_is_an_error(tmp_path):
     cfg.write_text("push_cots = 2\n")
     with pytest.raises(ConfigError, match="unknown setting 'push_cots'"):
         load_settings(str(cfg), environ={})
+
+
+def test_per_producer_coherency_drops_the_global_rule():
+    s = load_settings(environ={"FEEDPIPE_COHERENCY": "per_producer"})
+    assert "ff-consumer" not in s.served_strategies
+    assert "ff-latency-pair" in s.served_strategies
+    assert "ff-consumer" in load_settings(environ={}).served_strategies

@@ -1,29 +1,38 @@
 """The pipeline end to end on a generated workload with churn.
 
-* Core correctness: for every strategy, every consumer's assembled feed equals the naive
-  answer computed from the landing files alone (``naive.py``).
-* Incremental maintenance equals a full refresh, every day.
+* Core correctness: for every strategy and coherency mode, every consumer's assembled feed
+  equals the naive answer computed from the landing files alone (``naive.py``).
+* Incremental maintenance equals a full refresh and the naive answer, every day of five, with
+  follows and unfollows every day and edges moving between push and pull both ways.
+* Per-producer coherency: k,t-diversity, gapless, time-ordered, duplicate-free feeds, with a
+  producer that posts far faster than the others.
 * Rerunning a day gives the same rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 from pathlib import Path
 
 import naive
+import pandas as pd
 import pytest
 
 from jobs import stages
-from jobs.common.config import STRATEGIES, Settings
+from jobs.common.config import GLOBAL_ONLY, STRATEGIES, Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
 from jobs.generate import PROFILES, generate, scaled
 from jobs.reader import FeedReader
 
 START = dt.date(2026, 1, 1)
-DAYS = 3
+DAYS = 5
 K = 5
+K_P = 2
+HOURS = 6.0
+FAST = "fast-producer"
 BUILD = ("ingest", "rates", "plan", "materialize")
 
 
@@ -32,10 +41,34 @@ def run_build(spark, settings: Settings, ds: dt.date, full_refresh: bool = False
         stages.run_stage(stage, settings, ds, spark, full_refresh)
 
 
+def add_fast_producer(landing: Path, consumers: list[str]) -> None:
+    """A producer posting 40 events a day, all in the last four hours (about 20 times the
+    usual rate), followed from day 2 by ``consumers``."""
+    day2 = START + dt.timedelta(days=1)
+    rows = [
+        {"consumer_id": c, "producer_id": FAST, "ts": f"{day2}T00:30:00Z", "op": "follow"}
+        for c in consumers
+    ]
+    pd.DataFrame(rows).to_csv(landing / "follows" / f"ds={day2}" / "fast.csv", index=False)
+    for i in range(DAYS):
+        day = START + dt.timedelta(days=i)
+        lines = [
+            {
+                "event_id": f"fast-{day}-{j:02d}",
+                "producer_id": FAST,
+                "created_at": f"{day}T{20 + j // 10:02d}:{(j % 10) * 6:02d}:00Z",
+            }
+            for j in range(40)
+        ]
+        text = "\n".join(json.dumps(x) for x in lines) + "\n"
+        (landing / "events" / f"ds={day}" / "fast.jsonl").write_text(text)
+
+
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory) -> Path:
     landing = tmp_path_factory.mktemp("landing")
-    profile = scaled(PROFILES["ff2010"], 0.004)
+    # 3% of edges unfollowed (and as many followed) a day: churn every day
+    profile = dataclasses.replace(scaled(PROFILES["ff2010"], 0.004), unfollow_share=0.03)
     # mixed formats: the ingest must not care
     generate(
         Storage.at(str(landing)),
@@ -46,16 +79,20 @@ def workload(tmp_path_factory) -> Path:
         formats={"follows": "csv", "events": "jsonl", "views": "parquet"},
         gzip_text=True,
     )
+    first = naive.graph(landing, START, START)
+    add_fast_producer(landing, sorted({c for c, _ in first})[:25])
     return landing
 
 
 @pytest.fixture(scope="module")
 def incremental(spark, workload, tmp_path_factory) -> Settings:
-    """Days 1..3 built incrementally, serving FF-PerPair (a mix of push and pull)."""
+    """Days 1..5 built incrementally, serving FF-PerPair (a mix of push and pull)."""
     s = Settings(
         landing=str(workload),
         warehouse=str(tmp_path_factory.mktemp("wh_inc")),
         feed_k=K,
+        feed_k_per_producer=K_P,
+        diversity_hours=HOURS,
         strategy="ff-per-pair",
         shuffle_partitions=4,
     )
@@ -74,9 +111,17 @@ def assembled(settings: Settings, ds: dt.date, consumers: list[str]) -> dict[str
     return {c: [it.event_id for it in feed] for c, feed in got.items()}
 
 
-def test_incremental_equals_full_refresh_every_day(spark, workload, incremental, tmp_path):
+def edge_modes(spark, settings: Settings, ds: dt.date) -> dict[tuple[str, str], str]:
+    df = read_partition(spark, Storage.at(settings.warehouse), contract("plan", "edge_plan"), ds)
+    return {(r.consumer_id, r.producer_id): r.mode for r in df.collect()}
+
+
+def test_incremental_equals_full_refresh_and_the_naive_answer_every_day(
+    spark, workload, incremental, tmp_path
+):
     full = Settings(**{**incremental.as_dict(), "warehouse": str(tmp_path / "wh_full")})
-    changed_days = 0
+    moves = {"push->pull": 0, "pull->push": 0}
+    churn = {"follow": 0, "unfollow": 0}
     for i in range(DAYS):
         ds = START + dt.timedelta(days=i)
         run_build(spark, full, ds, full_refresh=True)
@@ -86,24 +131,56 @@ def test_incremental_equals_full_refresh_every_day(spark, workload, incremental,
             assert inc_rows == table_rows(spark, full, "feeds", table, ds), (
                 f"{table} differs on {ds}"
             )
+        expected = naive.feeds(workload, ds, START, K)
+        got = assembled(incremental, ds, sorted(expected))
+        wrong = [c for c in expected if got[c] != expected[c]]
+        assert not wrong, f"{ds}: {len(wrong)} of {len(expected)} feeds differ, e.g. {wrong[:3]}"
         if i > 0:
-            before = set(
-                table_rows(spark, incremental, "plan", "edge_plan", ds - dt.timedelta(days=1))
-            )
-            after = set(table_rows(spark, incremental, "plan", "edge_plan", ds))
-            changed_days += before != after
-    assert changed_days == DAYS - 1  # follows churn and rate changes really exercised the paths
+            before = edge_modes(spark, incremental, ds - dt.timedelta(days=1))
+            after = edge_modes(spark, incremental, ds)
+            for edge, mode in after.items():
+                if before.get(edge, mode) != mode:
+                    moves[f"{before[edge]}->{mode}"] += 1
+            changes = naive.read_table(workload, "follows", ds)
+            for op in churn:
+                churn[op] += int((changes["op"] == op).sum())
+    # follows, unfollows and plan changes both ways really exercised the incremental paths
+    assert all(n > 0 for n in moves.values()), moves
+    assert all(n > 0 for n in churn.values()), churn
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_assembled_feed_equals_the_naive_answer(spark, workload, incremental, strategy):
+def test_a_new_follow_shows_the_latest_events_at_once(spark, workload, incremental):
+    day2 = START + dt.timedelta(days=1)
+    followers = sorted({c for c, p in naive.graph(workload, day2, START) if p == FAST})
+    expected = naive.feeds(workload, day2, START, K)
+    # consumers whose naive feed on the day of the follow holds the new producer's events
+    showing = [c for c in followers if any(e.startswith("fast-") for e in expected[c])]
+    assert len(showing) >= 10
+    got = assembled(incremental, day2, showing)
+    assert all(got[c] == expected[c] for c in showing)
+    assert all(f"fast-{day2}-39" in got[c] for c in showing)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "coherency"),
+    [
+        (s, c)
+        for c in ("global", "per_producer")
+        for s in STRATEGIES
+        if not (c == "per_producer" and s in GLOBAL_ONLY)
+    ],
+)
+def test_assembled_feed_equals_the_naive_answer(spark, workload, incremental, strategy, coherency):
     ds = START + dt.timedelta(days=DAYS - 1)
-    s = Settings(**{**incremental.as_dict(), "strategy": strategy})
-    # replan the last day with this strategy; materialize incrementally from the previous
-    # day's FF-PerPair state, so edges move between push and pull
+    s = Settings(**{**incremental.as_dict(), "strategy": strategy, "coherency": coherency})
+    # replan the last day with this strategy; materialize from the previous day's
+    # FF-PerPair state, so edges move between push and pull
     stages.run_stage("plan", s, ds, spark)
     stages.run_stage("materialize", s, ds, spark)
-    expected = naive.feeds(workload, ds, START, K)
+    if coherency == "global":
+        expected = naive.feeds(workload, ds, START, K)
+    else:
+        expected = naive.feeds_per_producer(workload, ds, START, K, K_P, HOURS)
     consumers = sorted(expected)
     got = assembled(s, ds, [*consumers, "nobody-follows-nothing"])
     assert got.pop("nobody-follows-nothing") == []
@@ -111,8 +188,68 @@ def test_assembled_feed_equals_the_naive_answer(spark, workload, incremental, st
     assert not mismatched, (
         f"{len(mismatched)} of {len(consumers)} feeds differ, e.g. {mismatched[:3]}"
     )
-    modes = {r[2] for r in table_rows(spark, s, "plan", "edge_plan", ds)}
-    assert modes == {"push-all": {"push"}, "pull-all": {"pull"}}.get(strategy, {"push", "pull"})
+    plan = edge_modes(spark, s, ds)
+    pulled_consumers = {c for (c, _), m in plan.items() if m == "pull"}
+    if strategy == "pull-all":
+        assert set(plan.values()) == {"pull"}
+    elif strategy == "push-all":
+        # only consumers without a feed view in the last 7 days (from the landing files) pull
+        views = pd.concat(
+            [
+                naive.read_table(workload, "views", ds - dt.timedelta(days=i))
+                for i in range(7)
+                if ds - dt.timedelta(days=i) >= START
+            ]
+        )
+        idle = {c for c, _ in plan} - set(views["consumer_id"])
+        assert pulled_consumers == idle
+    else:
+        assert set(plan.values()) == {"push", "pull"}
+
+
+def test_per_producer_feeds_are_diverse_gapless_and_ordered(spark, workload, incremental):
+    ds = START + dt.timedelta(days=DAYS - 1)
+    s = Settings(**{**incremental.as_dict(), "coherency": "per_producer"})
+    stages.run_stage("plan", s, ds, spark)
+    stages.run_stage("materialize", s, ds, spark)
+    ev = naive.events(workload, ds, START).set_index("event_id")
+    by_producer = {
+        p: list(g.sort_values(["created_at", "event_id"], ascending=False).index)
+        for p, g in ev.reset_index().set_index("event_id").groupby("producer_id")
+    }
+    since = pd.Timestamp(ds + dt.timedelta(days=1), tz="UTC") - pd.Timedelta(hours=HOURS)
+    graph = naive.graph(workload, ds, START)
+    follows: dict[str, set[str]] = {}
+    for c, p in graph:
+        follows.setdefault(c, set()).add(p)
+    feeds = FeedReader(s.warehouse, ds).feeds(sorted(follows), K)
+    checked_fast = 0
+    for c, feed in feeds.items():
+        ids = [it.event_id for it in feed]
+        assert len(ids) == len(set(ids)) and len(ids) <= K, c  # no duplicates, at most k
+        keys = [(ev.loc[i, "created_at"], i) for i in ids]
+        assert keys == sorted(keys, reverse=True), c  # time-ordered, newest first
+        count: dict[str, int] = {}
+        for it in feed:
+            assert it.producer_id in follows[c], c
+            count[it.producer_id] = count.get(it.producer_id, 0) + 1
+        for p, n in count.items():
+            # gapless: a producer's shown events are its newest n; at most k_p of them
+            assert n <= K_P, (c, p)
+            assert [i for i in ids if ev.loc[i, "producer_id"] == p] == by_producer[p][:n], (c, p)
+        # k,t-diversity with k = 1: a producer with a recent event missing from the feed
+        # means no producer shows more than one
+        recent = {
+            p
+            for p in follows[c]
+            if p in by_producer and ev.loc[by_producer[p][0], "created_at"] >= since
+        }
+        if recent - set(count):
+            assert max(count.values()) <= 1, c
+        if FAST in follows[c]:
+            checked_fast += 1
+            assert count.get(FAST, 0) <= K_P
+    assert checked_fast >= 20
 
 
 def test_rerun_of_a_day_gives_the_same_rows(spark, incremental):

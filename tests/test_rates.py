@@ -122,8 +122,9 @@ def test_eb_trend_follows_trends_and_shrinks_the_unknown(spark):
         rows += [(f"s{i}", t, 20 + (i % 9)) for t in offsets]
     rows += [("up", t, 10 * (t + 7)) for t in offsets]  # 10, 20, ..., 70
     rows += [("down", t, 10 * (7 - (t + 6))) for t in offsets]  # 70, 60, ..., 10
-    got = run(spark, rows, ["new"], offsets)
+    got = run(spark, rows, ["new"], offsets, trend_damping=0.5)
     mean_up = sum(10 * (t + 7) for t in offsets) / (24 * 7)
+
     assert mean_up == pytest.approx(40 / 24)
     assert got["up"].rate > 55 / 24  # far above the trailing mean (40/day), heading for ~80/day
     assert got["down"].rate < 25 / 24  # far below it, heading for ~0

@@ -20,10 +20,16 @@ STRATEGIES: tuple[str, ...] = (
     "pull-all",
     "ff-per-pair",
     "ff-consumer",
+    "ff-latency-pair",
+    "ff-latency-consumer",
 )
 """Strategies this release computes; ``auto`` serves the cheapest of the enabled ones."""
 
-COHERENCY_MODES = ("global",)
+GLOBAL_ONLY = ("ff-consumer",)
+"""Rules derived for global coherency (Lemma 2), not offered under per-producer coherency."""
+
+COHERENCY_MODES = ("global", "per_producer")
+LATENCY_METRICS = ("sources", "pulls")
 
 
 class ConfigError(ValueError):
@@ -51,12 +57,29 @@ class Settings:
     """eb_trend | trailing_mean_prior (see jobs/estimators.py)."""
     rate_half_life_days: float = 3.0
     """eb_trend: a day's counts weigh half as much as the next day's after this many days."""
-    rate_trend_damping: float = 0.5
+    rate_trend_damping: float = 0.25
     """eb_trend: share of the fitted daily trend carried into tomorrow's forecast."""
     flash_factor: float = 4.0
     """A producer whose events today exceed this many times its forecast is a flash producer."""
     flash_min_events: int = 12
     """...and posted at least this many events today (tiny counts are never a flash)."""
+    feed_k_per_producer: int = 3
+    """k_p: events per producer in a feed under per-producer coherency (Section 3.1)."""
+    diversity_hours: float = 24.0
+    """t of k,t-diversity (Section 2.2.1): a producer with an event this recent is always shown
+    under per-producer coherency."""
+    latency_metric: str = "sources"
+    """What the latency target bounds per feed view: ``sources`` read (personal feed, views and
+    pulled producers) or ``pulls`` (pulled producers only)."""
+    latency_quantile: float = 0.95
+    """Share of feed views that must meet ``latency_bound`` (ff-latency-* strategies)."""
+    latency_bound: int = 2
+    """At most this many sources (or pulls) per feed view for ``latency_quantile`` of views;
+    ``latency_metric = "pulls"`` with bound 0 and quantile 0.9 reads "at most 10% of feed views
+    need any pull"."""
+    inactive_after_days: int = 7
+    """Consumers without a feed view in this many days (ending at ds) get no materialized feed
+    and are served by pull until they return; 0 disables the rule."""
     mode_change_margin: float = 0.2
     """Hysteresis: a pushed edge turns pull below H/L/(1+m), a pulled one turns push at
     H/L*(1+m) or above (Feeding Frenzy 4.3: only update when the decision really changes)."""
@@ -111,6 +134,27 @@ class Settings:
             raise ConfigError(
                 f"coherency must be one of {', '.join(COHERENCY_MODES)}, got {self.coherency!r}"
             )
+        if self.coherency == "per_producer" and self.strategy in GLOBAL_ONLY:
+            raise ConfigError(
+                f"strategy {self.strategy} is a global-coherency rule (Lemma 2); "
+                "per-producer coherency uses Lemma 1 (ff-per-pair, ff-latency-*)"
+            )
+        if not self.served_strategies:
+            raise ConfigError(
+                "no strategy left to compute: per-producer coherency does not offer "
+                f"{', '.join(GLOBAL_ONLY)}"
+            )
+        if self.feed_k_per_producer < 1 or self.diversity_hours < 0:
+            raise ConfigError("feed_k_per_producer must be >= 1 and diversity_hours >= 0")
+        if self.latency_metric not in LATENCY_METRICS:
+            raise ConfigError(
+                f"latency_metric must be one of {', '.join(LATENCY_METRICS)}, "
+                f"got {self.latency_metric!r}"
+            )
+        if not 0 < self.latency_quantile <= 1 or self.latency_bound < 0:
+            raise ConfigError("latency_quantile must be in (0, 1] and latency_bound >= 0")
+        if self.inactive_after_days < 0:
+            raise ConfigError("inactive_after_days must be >= 0 (0 disables the rule)")
 
     @property
     def threshold(self) -> float:
@@ -119,10 +163,14 @@ class Settings:
 
     @property
     def served_strategies(self) -> tuple[str, ...]:
-        """Strategies to compute: the enabled ones plus a forced one if not among them."""
-        if self.strategy == "auto" or self.strategy in self.strategies:
-            return self.strategies
-        return (*self.strategies, self.strategy)
+        """Strategies to compute: the enabled ones plus a forced one if not among them, less
+        the global-coherency rules under per-producer coherency."""
+        enabled = self.strategies
+        if self.strategy != "auto" and self.strategy not in enabled:
+            enabled = (*enabled, self.strategy)
+        if self.coherency == "per_producer":
+            enabled = tuple(s for s in enabled if s not in GLOBAL_ONLY)
+        return enabled
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -21,6 +21,7 @@ percentiles over feed views (each consumer weighted by theta_c).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jobs.estimators import exact_sum
@@ -42,6 +43,8 @@ def sources_per_consumer(assignments: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     is_push = F.col("mode") == "push"
+    active = F.col("active") if "active" in assignments.columns else F.lit(True)
+
     changed = F.col("current_mode").isNotNull() & (F.col("mode") != F.col("current_mode"))
     return (
         assignments.groupBy("strategy", "consumer_id")
@@ -55,6 +58,7 @@ def sources_per_consumer(assignments: DataFrame) -> DataFrame:
             ),
             exact_sum(F.when(is_push, F.col("phi")).otherwise(0.0)).alias("push_phi"),
             F.sum(F.when(changed, 1).otherwise(0)).alias("mode_changes"),
+            F.min(F.coalesce(active, F.lit(True)).cast("int")).alias("active"),
         )
         .withColumn(
             "n_sources",
@@ -88,21 +92,36 @@ def weighted_percentiles(per_consumer: DataFrame, qs: Sequence[float]) -> DataFr
     return cdf.groupBy("strategy").agg(*aggs)
 
 
+@dataclass(frozen=True)
+class LatencyTarget:
+    """A share ``quantile`` of feed views reads at most ``bound`` ``metric`` (sources or
+    pulls); see ``jobs.selection.latency``."""
+
+    metric: str = "sources"
+    bound: int = 2
+    quantile: float = 0.95
+
+
 def plan_costs(
     assignments: DataFrame,
     view_members: DataFrame,
     push_cost: float,
     pull_cost: float,
     strategies: Sequence[str],
+    target: LatencyTarget | None = None,
 ) -> DataFrame:
     """One row per strategy in ``strategies``: maintenance, evaluation and total cost, edge
-    counts, latency percentiles (null when there are no consumers).
+    counts, latency percentiles (null when there are no consumers), the share of feed views
+    within the latency target and whether the target holds, the share of feed views that
+    read any pulled producer, and the consumers left without a materialized feed as inactive.
 
     ``view_members``: strategy, view_id, producer_id, phi (shared views only)."""
+    target = target or LatencyTarget()
     from pyspark.sql import functions as F
 
     H, L = float(push_cost), float(pull_cost)
     per_c = sources_per_consumer(assignments)
+    latency_now = F.col("n_pull") if target.metric == "pulls" else F.col("n_sources")
     ev = F.when(F.col("n_sources") > 1, F.col("theta") * F.lit(L) * F.col("n_sources")).otherwise(
         0.0
     )
@@ -115,6 +134,12 @@ def plan_costs(
         F.sum(F.when(F.col("n_push") > 0, 1).otherwise(0)).alias("personal_feeds"),
         F.count("*").alias("consumers"),
         F.sum("mode_changes").alias("mode_changes"),
+        F.sum(1 - F.col("active")).alias("inactive_consumers"),
+        exact_sum(F.col("theta")).alias("_w"),
+        exact_sum(F.when(latency_now <= target.bound, F.col("theta")).otherwise(0.0)).alias(
+            "_w_ok"
+        ),
+        exact_sum(F.when(F.col("n_pull") > 0, F.col("theta")).otherwise(0.0)).alias("_w_pull"),
     )
     view_side = view_members.groupBy("strategy").agg(
         (exact_sum(F.col("phi")) * F.lit(H)).alias("view_maintenance"),
@@ -143,6 +168,19 @@ def plan_costs(
             (zero("personal_feeds") + zero("shared_views")).alias("views"),
             zero("consumers").alias("consumers"),
             zero("mode_changes").alias("mode_changes"),
+            zero("inactive_consumers").alias("inactive_consumers"),
+            F.round(F.try_divide(F.col("_w_ok"), F.col("_w")), r)
+            .cast("double")
+            .alias("latency_share"),
+            F.round(F.try_divide(F.col("_w_pull"), F.col("_w")), r)
+            .cast("double")
+            .alias("pull_view_share"),
+            # met when the share within the bound reaches the quantile (1e-9 for rounding);
+            # an empty graph meets any target
+            F.coalesce(
+                F.try_divide(F.col("_w_ok"), F.col("_w")) >= F.lit(target.quantile - 1e-9),
+                F.lit(True),
+            ).alias("latency_met"),
             "sources_p50",
             "sources_p95",
             "sources_p99",

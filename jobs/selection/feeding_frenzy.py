@@ -33,12 +33,16 @@ def edge_inputs(
     edge's mode in the plan being served now (``current``: an edge plan; null for new edges
     or when there is none), which the hysteresis of :func:`ff_per_pair` and
     :func:`ff_consumer` starts from. ``consumer_pushed`` is true when all of the consumer's
-    current edges are pushed, false when none is, null otherwise."""
+    current edges are pushed, false when none is, null otherwise. ``active`` comes from
+    ``consumer_rates.active`` when present (true otherwise)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     pr = producer_rates.select("producer_id", F.col("events_per_hour").alias("phi"))
-    cr = consumer_rates.select("consumer_id", F.col("views_per_hour").alias("theta"))
+    active = F.col("active") if "active" in consumer_rates.columns else F.lit(True)
+    cr = consumer_rates.select(
+        "consumer_id", F.col("views_per_hour").alias("theta"), active.alias("active")
+    )
     edges = (
         follows.select("consumer_id", "producer_id")
         .join(pr, "producer_id", "left")
@@ -64,6 +68,7 @@ def edge_inputs(
         )
         .withColumn("ratio", F.try_divide(F.col("theta"), F.col("phi")))
         .withColumn("consumer_pushed", pushed)
+        .withColumn("active", F.coalesce(F.col("active"), F.lit(True)))
     )
 
 
@@ -98,6 +103,7 @@ def _with_mode(edges: DataFrame, strategy: str, push: Column) -> DataFrame:
         "theta",
         "ratio",
         "current_mode",
+        "active",
     )
 
 
