@@ -33,7 +33,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     out = [
         f"feedpipe plan cost for {ds}  (H={h:g}, L={el:g}; cost per hour; "
         f"{'published' if is_published(wh, ds) else 'NOT published'})",
-        f"  {'strategy':<14} {'total':>12} {'maint.':>12} {'eval.':>12} {'vs best pure':>12} "
+        f"  {'strategy':<20} {'total':>12} {'maint.':>12} {'eval.':>12} {'vs best pure':>12} "
         f"{'push':>9} {'pull':>9} {'views':>7} {'src p50/p95/p99':>16} {'in target':>10}",
     ]
     for r in rows:
@@ -48,7 +48,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
             f"{100 * share:.1f}%{'' if r.get('latency_met') else '!'}" if share is not None else "-"
         )
         out.append(
-            f"{mark}{r['strategy']:<14} {r['total_cost']:>12.1f} {r['maintenance_cost']:>12.1f} "
+            f"{mark}{r['strategy']:<20} {r['total_cost']:>12.1f} {r['maintenance_cost']:>12.1f} "
             f"{r['evaluation_cost']:>12.1f} {rel:>12} {r['push_edges']:>9} {r['pull_edges']:>9} "
             f"{r['views']:>7} {pct:>16} {target:>10}"
         )
