@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE :=
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test lint typecheck unit lock bench clean
+.PHONY: install demo test lint typecheck unit lock clean
 
 install: $(STAMP)
 
@@ -42,8 +42,6 @@ unit: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf var build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,136 @@
+"""Chen & Zhou's view selection core (jobs/selection/views.py), worked by hand.
+
+H = 3, L = 1. Feeds f1 (phi 2), f2 (3), f3 (3), f4 (1). Users u1 (theta 8) follows f1, f2;
+u2 (theta 6) follows f3, f4; u3 (theta 12) follows all four.
+
+FF-PerPair (push iff theta/phi >= 3): u1 pushes f1 (4), pulls f2 (2.67): M 6 + EV 8*2 = 22;
+u2 pushes f4 (6), pulls f3 (2): M 3 + EV 6*2 = 15; u3 pushes all (ratios 6, 4, 4, 12):
+M 27 + EV 0 = 27. Total 64.
+
+Candidates from full follow sets: A = {f1,f2} (users u1, u3, M 15), B = {f3,f4} (u2, u3, M 12),
+C = {f1..f4} (u3, M 27). With natives only, u1 reads 2 sources (16), u2 2 (12), u3 4 (48).
+
+Greedy: B(A) = 16 + (48-36) - 15 = 13, B(B) = 12 + 12 - 12 = 12, B(C) = 48 - 27 = 21: C first.
+Then u3 reads C alone; B(A) = 16 - 15 = 1, B(B) = 12 - 12 = 0 (dropped): A. Cost: M 27 + 15,
+EV u2 12 = 54.
+
+Hierarchy-1: the reduction has C -> A and C -> B; bottom-up order B, A, C. B: +12, taken
+(u2 reads B; u3 reads B, f1, f2: 36). A: u1 16 + u3 (36 -> 24 with A and B) 12 - 15 = 13,
+taken. C: u3 24 - 27 = -3, skipped. Cost: M 12 + 15, EV u3 24 = 51.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from jobs.selection import views
+
+H, L = 3.0, 1.0
+PHI = {"f1": 2.0, "f2": 3.0, "f3": 3.0, "f4": 1.0}
+THETA = {"u1": 8.0, "u2": 6.0, "u3": 12.0}
+FOLLOWS = {
+    "u1": frozenset({"f1", "f2"}),
+    "u2": frozenset({"f3", "f4"}),
+    "u3": frozenset({"f1", "f2", "f3", "f4"}),
+}
+A, B, C = frozenset({"f1", "f2"}), frozenset({"f3", "f4"}), frozenset(PHI)
+
+
+def problem() -> views.Problem:
+    return views.Problem(THETA, FOLLOWS, PHI, H, L)
+
+
+def ff_per_pair_cost(p: views.Problem) -> float:
+    """FF-PerPair priced with the same model: pushed feeds form the user's personal view."""
+    total = 0.0
+    for u, fs in p.follows.items():
+        push = [f for f in fs if p.theta[u] / p.phi[f] >= p.push_cost / p.pull_cost]
+        total += p.maintenance(push) + p.evaluation(u, len(fs) - len(push) + (1 if push else 0))
+    return total
+
+
+def test_candidates_from_full_follow_sets_and_their_users():
+    got = {c.feeds: c for c in views.candidate_views(problem(), full=True)}
+    assert set(got) == {A, B, C}
+    assert got[A].users == ("u1", "u3") and got[B].users == ("u2", "u3")
+    assert got[C].users == ("u3",)
+    assert got[A].update_freq == 5.0 and got[C].query_freq == 12.0
+
+
+def test_candidate_generation_splits_push_and_pull_prefer():
+    # u1: f1 profit 8/6 >= 1 push, f2 8/9 pull; u2: f4 push, f3 pull (singletons: natives);
+    # u3: every profit >= 1 -> one PushPrefer set, C
+    got = views.candidate_views(problem())
+    assert [c.feeds for c in got] == [C]
+
+
+def test_greedy_worked_by_hand():
+    p = problem()
+    s = views.greedy(p, views.candidate_views(p, full=True))
+    assert s.views == [C, A]
+    assert s.plans["u1"] == [A] and s.plans["u3"] == [C]
+    assert sorted(map(sorted, s.plans["u2"])) == [["f3"], ["f4"]]
+    assert s.cost(p) == pytest.approx(54.0)
+
+
+def test_hierarchy_worked_by_hand_beats_greedy_which_beats_ff_per_pair():
+    p = problem()
+    order = views.bottom_up_order(views.candidate_views(p, full=True))
+    assert [c.feeds for c in order] == [B, A, C]
+    s = views.hierarchy(p, views.candidate_views(p, full=True))
+    assert s.views == [B, A]
+    assert sorted(s.plans["u3"], key=sorted) == [A, B]
+    assert s.cost(p) == pytest.approx(51.0)
+    greedy = views.greedy(p, views.candidate_views(p, full=True)).cost(p)
+    assert s.cost(p) < greedy < ff_per_pair_cost(p) == pytest.approx(64.0)
+
+
+def test_query_plan_is_a_greedy_cover_with_natives_for_the_rest():
+    follows = frozenset({"a", "b", "c", "d", "e"})
+    usable = [frozenset("ab"), frozenset("abc"), frozenset("cd"), frozenset("ax")]
+    plan = views.query_plan(follows, usable)
+    assert plan == [frozenset("abc"), frozenset("d"), frozenset("e")]
+
+
+def random_problem(seed: int) -> views.Problem:
+    r = random.Random(seed)
+    feeds = [f"f{i}" for i in range(r.randint(3, 8))]
+    users = [f"u{i}" for i in range(r.randint(2, 8))]
+    phi = {f: r.choice([0.5, 1.0, 2.0, 3.0, 5.0]) for f in feeds}
+    theta = {u: r.choice([1.0, 2.0, 4.0, 8.0, 16.0]) for u in users}
+    follows = {u: frozenset(r.sample(feeds, r.randint(1, len(feeds)))) for u in users}
+    return views.Problem(theta, follows, phi, H, L)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_properties_on_random_graphs(seed):
+    p = random_problem(seed)
+    pull_all = sum(p.evaluation(u, len(fs)) for u, fs in p.follows.items())
+    for full in (False, True):
+        cands = views.candidate_views(p, full=full)
+        for select in (views.greedy, views.hierarchy):
+            s = select(p, cands)
+            for u, plan in s.plans.items():
+                # every plan covers exactly the follow set, from materialized or native views
+                assert frozenset().union(*plan) == p.follows[u]
+                assert all(v in s.views or len(v) == 1 for v in plan)
+            # each view was chosen with a positive benefit, so the cost only went down
+            assert s.cost(p) <= pull_all + 1e-9
+            assert len(set(s.views)) == len(s.views)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_chosen_view_had_positive_benefit(seed):
+    p = random_problem(seed)
+    cands = views.candidate_views(p, full=True)
+    s = views.hierarchy(p, cands)
+    replay = views.Selection([], {u: views.query_plan(fs, []) for u, fs in p.follows.items()})
+    by_feeds = {c.feeds: c for c in cands}
+    for v in s.views:
+        gain, plans = views.benefit(p, replay, by_feeds[v])
+        assert gain > 0
+        replay.views.append(v)
+        replay.plans.update(plans)
+    assert replay.cost(p) == pytest.approx(s.cost(p))
