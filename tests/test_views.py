@@ -134,3 +134,54 @@ def test_every_chosen_view_had_positive_benefit(seed):
         replay.views.append(v)
         replay.plans.update(plans)
     assert replay.cost(p) == pytest.approx(s.cost(p))
+
+
+def edges_frame(spark, p: views.Problem):
+    rows = [(u, f, p.phi[f], p.theta[u]) for u, fs in p.follows.items() for f in sorted(fs)]
+    return spark.createDataFrame(
+        rows, "consumer_id string, producer_id string, phi double, theta double"
+    )
+
+
+@pytest.mark.parametrize("seed", [3, 7, 11])
+def test_spark_candidates_and_their_users_match_algorithm_1(spark, seed):
+    from jobs.selection import shared
+
+    p = random_problem(seed)
+    e = edges_frame(spark, p)
+    for full in (False, True):
+        expected = {c.feeds: (c.users, c.query_freq) for c in views.candidate_views(p, full)}
+        cands = shared.candidate_sets(e, H, L, full)
+        users: dict[str, list[str]] = {}
+        for r in shared.view_users(cands, e).collect():
+            users.setdefault(r.view_id, []).append(r.consumer_id)
+        got = {
+            frozenset(r.feeds): (tuple(sorted(users.get(r.view_id, []))), r.query_freq)
+            for r in cands.collect()
+        }
+        assert got.keys() == expected.keys()
+        for feeds, (us, q) in expected.items():
+            assert got[feeds][0] == us
+            assert got[feeds][1] == pytest.approx(q)
+
+
+def test_components_join_users_through_shared_views(spark):
+    from jobs.selection import shared
+
+    m = spark.createDataFrame(
+        [
+            ("v1", "a"),
+            ("v1", "b"),
+            ("v2", "b"),
+            ("v2", "c"),
+            ("v3", "d"),
+            ("v4", "e"),
+            ("v4", "d"),
+            ("v5", "c"),
+            ("v5", "f"),
+        ],
+        "view_id string, consumer_id string",
+    )
+    got = {r.consumer_id: r.component for r in shared.components(m).collect()}
+    # a-b (v1), b-c (v2), c-f (v5): one chain; d-e (v3, v4): another
+    assert got == {"a": "a", "b": "a", "c": "a", "f": "a", "d": "d", "e": "d"}
