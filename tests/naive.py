@@ -69,9 +69,16 @@ def events(landing: Path, ds: dt.date, start: dt.date) -> pd.DataFrame:
     return ev.sort_values("_day", kind="stable").drop_duplicates("event_id").drop(columns="_day")
 
 
-def feeds(landing: Path, ds: dt.date, start: dt.date, k: int) -> dict[str, list[str]]:
-    """consumer_id -> event ids of its naive feed, newest first."""
-    g = pd.DataFrame(sorted(graph(landing, ds, start)), columns=["consumer_id", "producer_id"])
+def feeds(
+    landing: Path, ds: dt.date, start: dt.date, k: int, consumers: set[str] | None = None
+) -> dict[str, list[str]]:
+    """consumer_id -> event ids of its naive feed, newest first (of ``consumers`` only, when
+    given)."""
+    edges = graph(landing, ds, start)
+    if consumers is not None:
+        edges = {(c, p) for c, p in edges if c in consumers}
+    g = pd.DataFrame(sorted(edges), columns=["consumer_id", "producer_id"])
+
     ev = events(landing, ds, start)
     joined = g.merge(ev, on="producer_id")
     joined = joined.sort_values(

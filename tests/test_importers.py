@@ -106,3 +106,36 @@ def test_higgs(tmp_path):
     follows = pd.read_parquet(tmp_path / "follows")
     assert sorted(p.name for p in (tmp_path / "follows").iterdir()) == ["ds=2012-07-01"]
     assert len(follows) == result["follows"]["edges"]
+
+
+@pytest.mark.skipif(
+    not (SHARED / "data" / "higgs-twitter").exists(),
+    reason="../shared/data/higgs-twitter is absent",
+)
+def test_higgs_week_through_the_pipeline(spark, tmp_path):
+    """All seven Higgs days through ingest, rates, plan and materialize; every day, the
+    assembled feeds of 300 sampled consumers equal the naive answer from the landing files."""
+    import random
+
+    import naive
+
+    from jobs import stages
+    from jobs.common.config import Settings
+    from jobs.reader import FeedReader
+
+    landing = tmp_path / "landing"
+    result = import_higgs(SHARED / "data" / "higgs-twitter", Storage.at(str(landing)))
+    days = [dt.date.fromisoformat(d) for d in result["days"]]
+    s = Settings(
+        landing=str(landing), warehouse=str(tmp_path / "wh"), feed_k=10, shuffle_partitions=4
+    )
+    consumers = sorted({c for c, _ in naive.graph(landing, days[0], days[0])})
+    sample = set(random.Random(7).sample(consumers, 300))
+    for ds in days:
+        for stage in ("ingest", "rates", "plan", "materialize"):
+            stages.run_stage(stage, s, ds, spark)
+        expected = naive.feeds(landing, ds, days[0], 10, sample)
+        got = FeedReader(s.warehouse, ds).feeds(sorted(expected), 10)
+        wrong = [c for c in expected if [it.event_id for it in got[c]] != expected[c]]
+        assert not wrong, f"{ds}: {len(wrong)} of {len(expected)} feeds differ, e.g. {wrong[:3]}"
+        assert sum(len(v) for v in expected.values()) > 0
