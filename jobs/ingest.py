@@ -26,6 +26,7 @@ import datetime as dt
 import io
 import json
 import logging
+import re
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -182,6 +183,7 @@ def _read_group(
             spark.read.schema(schema)
             .option("header", True)
             .option("escape", '"')
+            .option("multiLine", True)  # RFC 4180: quoted values may hold line breaks
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", "_corrupt_record")
             .csv(paths)
@@ -513,7 +515,29 @@ def check_share(table: str, counts: dict[str, Any], limit: float) -> None:
         )
 
 
+def read_failure(exc: BaseException) -> LandingError | None:
+    """A landing file Spark failed to read (e.g. a gzip file cut short), as an error naming the
+    file and the root cause; None for any other failure."""
+    text = str(exc)
+    found = re.search(r"while reading file (\S+?)\.?(?:\s|$)", text)
+    if "FAILED_READ_FILE" not in text or not found:
+        return None
+    causes = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Caused by:")]
+    cause = causes[-1].removeprefix("Caused by:").strip() if causes else "unreadable"
+    return LandingError(f"{found.group(1)}: cannot be read ({cause})")
+
+
 def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+    try:
+        return _run(spark, settings, ds)
+    except Exception as exc:
+        failure = read_failure(exc)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     """Ingest one day; returns the row accounting per table (also written by ``publish``).
 
     For each table: quarantine is written first, then the accounting is taken from the written

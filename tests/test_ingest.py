@@ -282,3 +282,119 @@ def test_too_many_bad_rows_hold_the_table_back(spark, make_settings):
     wh = Storage.at(s.warehouse)
     assert read_partition(spark, wh, contract("quarantine", "rows"), D1, table="views").count() == 2
     assert not wh.is_dir("clean", "views", f"ds={D1}")
+
+
+LONG_ID = "x" * 10_000
+HOSTILE = [
+    # (name, table, file name, content, expected (clean, quarantine reasons) or error text)
+    (
+        "embedded newline and quotes",
+        "events",
+        "a.csv",
+        'event_id,producer_id,created_at,payload\ne1,p,2026-03-01T01:00:00Z,"one\ntwo ""2"""\n',
+        (1, {}),
+    ),
+    (
+        "very long id",
+        "events",
+        "a.jsonl",
+        json.dumps({"event_id": "e1", "producer_id": LONG_ID, "created_at": "2026-03-01T01:00:00Z"})
+        + "\n",
+        (1, {}),
+    ),
+    ("0-byte csv", "views", "a.csv", "", (0, {})),
+    ("0-byte jsonl", "views", "a.jsonl", "", (0, {})),
+    (
+        "negative epoch",
+        "events",
+        "a.jsonl",
+        json.dumps({"event_id": "e1", "producer_id": "p", "created_at": -86400}) + "\n",
+        (0, {"too_late": 1}),
+    ),
+    (
+        "numbers as ids",
+        "events",
+        "a.jsonl",
+        json.dumps({"event_id": 17, "producer_id": 42, "created_at": "2026-03-01T01:00:00Z"})
+        + "\n",
+        (1, {}),
+    ),
+    (
+        "boolean timestamp",
+        "events",
+        "a.jsonl",
+        json.dumps({"event_id": "e1", "producer_id": "p", "created_at": True}) + "\n",
+        (0, {"bad_timestamp": 1}),
+    ),
+    (
+        "extra csv values",
+        "views",
+        "a.csv",
+        "consumer_id,viewed_at\nc1,2026-03-01T01:00:00Z,x\n",
+        (0, {"unparseable_row": 1}),
+    ),
+    ("short csv row", "views", "a.csv", "consumer_id,viewed_at\nc1\n", (0, {"unparseable_row": 1})),
+    (
+        "byte order mark",
+        "views",
+        "a.csv",
+        "\ufeffconsumer_id,viewed_at\nc1,2026-03-01T01:00:00Z\n",
+        (1, {}),
+    ),
+    (
+        "blank id",
+        "views",
+        "a.csv",
+        "consumer_id,viewed_at\n   ,2026-03-01T01:00:00Z\n",
+        (0, {"null_key": 1}),
+    ),
+    (
+        "year 1",
+        "views",
+        "a.csv",
+        "consumer_id,viewed_at\nc1,0001-01-01T00:00:00Z\n",
+        (0, {"too_late": 1}),
+    ),
+    (
+        "wrong delimiter",
+        "events",
+        "a.csv",
+        "event_id;producer_id;created_at\ne1;p;2026-03-01\n",
+        "missing required column",
+    ),
+    ("truncated gzip", "events", "a.jsonl.gz", None, "cannot be read"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "table", "fname", "content", "expected"), HOSTILE, ids=[h[0] for h in HOSTILE]
+)
+def test_hostile_inputs(spark, make_settings, name, table, fname, content, expected):
+    s = make_settings(max_quarantine_share=1.0)
+    if content is None:  # a gzip stream cut in half
+        whole = gzip.compress(
+            b'{"event_id": "e1", "producer_id": "p", "created_at": "2026-03-01T01:00:00Z"}\n' * 2000
+        )
+        put(Path(s.landing), table, D1, fname, b"")
+        (Path(s.landing) / table / f"ds={D1}" / fname).write_bytes(whole[: len(whole) // 2])
+    else:
+        put(Path(s.landing), table, D1, fname, content)
+    if isinstance(expected, str):
+        with pytest.raises(ContractError, match=expected) as err:
+            ingest.run(spark, s, D1)
+        assert fname in str(err.value)
+        return
+    stats = ingest.run(spark, s, D1)["tables"][table]
+    clean, reasons = expected
+    assert (stats["clean"], stats["quarantine_reasons"]) == (clean, reasons)
+    assert stats["rows_in"] == stats["clean"] + stats["duplicates"] + stats["quarantined"]
+    if name == "embedded newline and quotes":
+        wh = Storage.at(s.warehouse)
+        row = read_partition(spark, wh, contract("clean", "events"), D1).first()
+        assert row.payload == 'one\ntwo "2"'
+    if name == "very long id":
+        wh = Storage.at(s.warehouse)
+        assert (
+            read_partition(spark, wh, contract("clean", "events"), D1).first().producer_id
+            == LONG_ID
+        )
