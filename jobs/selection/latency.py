@@ -230,9 +230,14 @@ def latency_constrained(
         tau = weighted_threshold(candidates, need_w)
         if tau is None:  # unattainable: shift everyone who can be brought within the bound
             tau = 0.0
-    chosen = keyed.where(F.col("can") & ~F.col("ok_now") & (F.col("key") >= F.lit(tau))).select(
-        "consumer_id", F.col("need").alias("_need")
+    # computed once here (one row per shifted consumer, kept on the executors), so the
+    # cached ``keyed`` can be released without the plan recomputing it later
+    chosen = (
+        keyed.where(F.col("can") & ~F.col("ok_now") & (F.col("key") >= F.lit(tau)))
+        .select("consumer_id", F.col("need").alias("_need"))
+        .localCheckpoint()
     )
+
     if per_consumer:
         marked = base.join(chosen, "consumer_id", "left")
         push = F.col("_need").isNotNull() & (F.col("mode") == "pull") & F.col("active")
