@@ -61,7 +61,7 @@ def main() -> None:
             latency_bound=args.bound,
             latency_quantile=q,
         )
-        stacked = plan.assignments(edges, s)
+        stacked, _ = plan.assignments(edges, s)
         target = cost.LatencyTarget(args.metric, args.bound, q)
         rows = {
             r["strategy"]: r

@@ -10,6 +10,14 @@ Profiles reproduce the papers' baseline workloads:
   Section V.C), 6.5 feeds per user (Zipf 0.62), 0.1 events and 0.5 queries per interval (Zipf
   0.57 / 0.62). We take one interval as 6 minutes (1 event/hour, 5 views/hour). Table I gives
   no skew for feed popularity; we use Feeding Frenzy's 0.39.
+* ``gplus``: the shape of Chen & Zhou's Google+ graph (Section V.A): 99,679 users and 72,271
+  feeds, 137.1 feeds per user (Zipf 0.98) and 189.1 users per feed (Zipf 1.43), rates as in
+  ``cz2015``. The heads of both Zipf laws exceed what the other side can supply (the most
+  active user would follow more feeds than exist, the most followed feed have more followers
+  than there are users), so both are capped with the excess spread over the rest, and
+  repeated draws are drawn again (``fill_degrees``); the generator reports the realized graph.
+
+
 
 A Zipf(s) quantity over n ids gives the id of rank i the value ``mean * i**-s / avg(j**-s)``;
 ranks are assigned to ids by a seeded permutation, independently per quantity. The follow
@@ -72,11 +80,16 @@ class Profile:
     flash_day: int = -1
     """Day index (0 = the first day) of the flash event."""
     flash_factor: float = 10.0
+    fill_degrees: bool = False
+    """Redraw repeated draws so consumers reach their degree (for very skewed popularity)."""
 
 
 PROFILES = {
     "ff2010": Profile("ff2010", 200_000, 67_921, 5.1, 0.62, 0.39, 1.0, 0.57, 5.8, 0.62),
     "cz2015": Profile("cz2015", 30_000, 10_000, 6.5, 0.62, 0.39, 1.0, 0.57, 5.0, 0.62),
+    "gplus": Profile(
+        "gplus", 99_679, 72_271, 137.1, 0.98, 1.43, 1.0, 0.57, 5.0, 0.62, fill_degrees=True
+    ),
 }
 
 
@@ -91,11 +104,28 @@ def scaled(profile: Profile, scale: float) -> Profile:
     )
 
 
-def zipf_values(n: int, s: float, mean: float, rng: np.random.Generator) -> np.ndarray:
-    """Values with Zipf(s) shape and the given mean, assigned to ids 0..n-1 at random."""
+def zipf_values(
+    n: int, s: float, mean: float, rng: np.random.Generator, cap: float | None = None
+) -> np.ndarray:
+    """Values with Zipf(s) shape and the given mean, assigned to ids 0..n-1 at random.
+
+    With ``cap``, no value exceeds it: the excess of the capped ones is spread over the rest
+    in proportion to their values (repeatedly, until none exceeds the cap), so the mean holds
+    while it can (at most ``cap``). Without values above the cap nothing changes."""
     ranks = np.arange(1, n + 1, dtype=np.float64)
     w = ranks**-s
     values = mean * w / w.mean()
+    if cap is not None:
+        total = min(mean, cap) * n
+        for _ in range(100):
+            over = values > cap
+            if not over.any():
+                break
+            values[over] = cap
+            free = ~(values >= cap)
+            if not free.any():
+                break
+            values[free] *= (total - cap * (~free).sum()) / values[free].sum()
     return values[rng.permutation(n)]
 
 
@@ -124,10 +154,23 @@ class Population:
     @classmethod
     def draw(cls, profile: Profile, seed: int) -> Population:
         rng = np.random.default_rng([seed, 0])
+        # no consumer can follow more producers than exist, no producer have more followers
+        # than there are consumers (relative to the mean of 1: C * P / edges)
         fan_in = zipf_values(
-            profile.consumers, profile.fan_in_zipf, profile.producers_per_consumer, rng
+            profile.consumers,
+            profile.fan_in_zipf,
+            profile.producers_per_consumer,
+            rng,
+            cap=profile.producers - 1,
         )
-        fan_out = zipf_values(profile.producers, profile.fan_out_zipf, 1.0, rng)
+        edges = profile.producers_per_consumer * profile.consumers
+        fan_out = zipf_values(
+            profile.producers,
+            profile.fan_out_zipf,
+            1.0,
+            rng,
+            cap=profile.consumers * profile.producers / edges,
+        )
         event_rate = zipf_values(
             profile.producers, profile.event_zipf, profile.events_per_hour, rng
         )
@@ -163,14 +206,33 @@ class Population:
         return self.view_rate * self.view_growth**day
 
     def draw_edges(
-        self, consumers: np.ndarray, degrees: np.ndarray, rng: np.random.Generator
+        self,
+        consumers: np.ndarray,
+        degrees: np.ndarray,
+        rng: np.random.Generator,
+        fill: bool = False,
     ) -> np.ndarray:
-        """Edge keys ``consumer * P + producer`` (unique, no self-follows)."""
+        """Edge keys ``consumer * P + producer`` (unique, no self-follows).
+
+        ``fill``: draw again for repeated draws and self-follows, up to 8 rounds, so each
+        consumer (``consumers`` unique) gets close to its degree even when a few producers
+        take most draws."""
         n_prod = self.profile.producers
-        prods = rng.choice(n_prod, size=int(degrees.sum()), p=self.fan_out_w)
-        cons = np.repeat(consumers, degrees)
-        keep = cons != prods  # consumer i and producer i are the same user
-        return np.unique(cons[keep].astype(np.int64) * n_prod + prods[keep])
+
+        def draw(cons_idx: np.ndarray, deg: np.ndarray) -> np.ndarray:
+            prods = rng.choice(n_prod, size=int(deg.sum()), p=self.fan_out_w)
+            cons = np.repeat(cons_idx, deg)
+            keep = cons != prods  # consumer i and producer i are the same user
+            return cons[keep].astype(np.int64) * n_prod + prods[keep]
+
+        keys = np.unique(draw(consumers, degrees))
+        for _ in range(8 if fill else 0):
+            have = np.bincount(keys // n_prod, minlength=int(consumers.max()) + 1)[consumers]
+            short = np.maximum(degrees - have, 0)
+            if not short.any():
+                break
+            keys = np.unique(np.concatenate([keys, draw(consumers, short)]))
+        return keys
 
 
 def flash_producer_ids(profile: Profile, seed: int) -> list[str]:
@@ -302,7 +364,10 @@ def generate(
     producer_ids = pa.array(user_ids(np.arange(P)))
     rng0 = np.random.default_rng([seed, 0, 1])
     edges = pop.draw_edges(
-        np.arange(C), np.clip(stochastic_round(pop.fan_in, rng0), 1, P - 1), rng0
+        np.arange(C),
+        np.clip(stochastic_round(pop.fan_in, rng0), 1, P - 1),
+        rng0,
+        fill=profile.fill_degrees,
     )
     log.info("graph: %d consumers, %d producers, %d edges", C, P, edges.size)
     if pop.flash.size:

@@ -35,7 +35,6 @@ from jobs.common.config import Settings
 from jobs.common.storage import Storage, ds_dir
 from jobs.common.tables import (
     contract,
-    empty_frame,
     has_partition,
     read_partition,
     read_partitions,
@@ -127,6 +126,16 @@ def consumer_feed_diverse(
         F.col("created_at").desc(), F.col("event_id").desc()
     )
     return picked.withColumn("rank", F.row_number().over(by_time)).drop("_pick", "_prank")
+
+
+def view_feed(producer_feed: DataFrame, members: DataFrame, k: int) -> DataFrame:
+    """Latest k events of every shared view (Chen & Zhou's materialized views): the newest k
+    of its producers' latest k. Recomputed from the day's producer feeds, so it costs the
+    views' members times k rows, whatever the history."""
+    rows = members.select("view_id", "producer_id").join(
+        producer_feed.select("producer_id", "event_id", "created_at"), "producer_id"
+    )
+    return latest_k(rows, "view_id", k)
 
 
 def changed_consumers(pushed: DataFrame, pushed_before: DataFrame) -> DataFrame:
@@ -253,7 +262,8 @@ def run(
         consumer_feed = consumer_feed_full(producer_feed, pushed, k)
     write_partition(consumer_feed, wh, cf_c, ds)
     vf_c = contract("feeds", "view_feed")
-    write_partition(empty_frame(spark, vf_c), wh, vf_c, ds)
+    members = read_partition(spark, wh, contract("plan", "view_members"), ds)
+    write_partition(view_feed(producer_feed, members, k), wh, vf_c, ds)
 
     stats = {
         "mode": "incremental" if incremental else "full",

@@ -17,10 +17,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from jobs.common.config import STRATEGIES, Settings
+from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, empty_frame, read_partition, write_partition
-from jobs.selection import cost, feeding_frenzy, latency
+from jobs.common.tables import contract, read_partition, write_partition
+from jobs.estimators import exact_sum
+from jobs.selection import cost, feeding_frenzy, latency, shared
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,11 +29,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def assignments(edges: DataFrame, settings: Settings) -> DataFrame:
-    """Every computed strategy's edge assignment, stacked (column ``strategy``).
+def assignments(edges: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
+    """Every computed strategy's edge assignment, stacked (column ``strategy``), and the
+    shared views' part rows (``strategy`` plus ``jobs.selection.shared.PART_ROWS``).
 
     Inactive consumers' edges are pulls under every strategy (``latency.pull_inactive``);
-    the latency-constrained strategies start from the FF-PerPair plan after that rule."""
+    the latency-constrained strategies start from the FF-PerPair plan after that rule, and
+    the shared-view strategies fall back to it part by part where they would cost more."""
+    from pyspark.sql import functions as F
+
+    view_rows: list[DataFrame] = []
 
     def min_cost(e: DataFrame) -> DataFrame:
         plan = feeding_frenzy.ff_per_pair(e, settings.threshold, settings.mode_change_margin)
@@ -50,6 +56,25 @@ def assignments(edges: DataFrame, settings: Settings) -> DataFrame:
             per_consumer,
         )
 
+    ff_plan: list[DataFrame] = []
+
+    def shared_views(name: str) -> Callable[[DataFrame], DataFrame]:
+        def build(e: DataFrame) -> DataFrame:
+            if not ff_plan:
+                ff_plan.append(min_cost(e).select("consumer_id", "producer_id", "mode"))
+            chosen, rows = shared.select_views(
+                e,
+                ff_plan[0],
+                name,
+                settings.push_cost,
+                settings.pull_cost,
+                settings.view_part_users,
+            )
+            view_rows.append(rows.withColumn("strategy", F.lit(name)))
+            return feeding_frenzy.with_assignment(e, name, chosen)
+
+        return build
+
     builders: dict[str, Callable[[DataFrame], DataFrame]] = {
         "push-all": lambda e: latency.pull_inactive(feeding_frenzy.push_all(e)),
         "pull-all": lambda e: feeding_frenzy.pull_all(e),
@@ -59,12 +84,17 @@ def assignments(edges: DataFrame, settings: Settings) -> DataFrame:
         ),
         "ff-latency-pair": constrained("ff-latency-pair", False),
         "ff-latency-consumer": constrained("ff-latency-consumer", True),
+        **{name: shared_views(name) for name in SHARED_VIEW_STRATEGIES},
     }
     frames = [builders[s](edges) for s in settings.served_strategies]
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
-    return out
+    schema = f"strategy string, {shared.PART_ROWS}"
+    views = edges.sparkSession.createDataFrame([], schema)
+    for rows in view_rows:
+        views = views.unionByName(rows)
+    return out, views
 
 
 def consumer_sources(edge_plan: DataFrame) -> DataFrame:
@@ -93,10 +123,16 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     edges = feeding_frenzy.edge_inputs(follows, pr, cr, current).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    stacked = assignments(edges, settings).persist(StorageLevel.MEMORY_AND_DISK)
-
-    vm_schema = "strategy string, view_id string, producer_id string, phi double"
-    shared_members = spark.createDataFrame([], vm_schema)
+    stacked, part_rows = assignments(edges, settings)
+    stacked = stacked.persist(StorageLevel.MEMORY_AND_DISK)
+    phi = pr.select("producer_id", F.col("events_per_hour").alias("phi"))
+    shared_members = (
+        part_rows.where(F.col("kind") == "m")
+        .select("strategy", F.col("source_id").alias("view_id"), "producer_id")
+        .distinct()  # a view chosen in several parts is materialized once
+        .join(phi, "producer_id")
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     target = cost.LatencyTarget(
         settings.latency_metric, settings.latency_bound, settings.latency_quantile
     )
@@ -128,15 +164,43 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     served = stacked.where(F.col("strategy") == chosen)
     write_partition(served, wh, contract("plan", "edge_plan"), ds)
     write_partition(consumer_sources(served), wh, contract("plan", "consumer_sources"), ds)
-    write_partition(
-        empty_frame(spark, contract("plan", "views")), wh, contract("plan", "views"), ds
+    members = shared_members.where(F.col("strategy") == chosen)
+    readers = (
+        served.where(F.col("mode") == "view")
+        .groupBy(F.col("source_id").alias("view_id"))
+        .agg(F.count_distinct("consumer_id").alias("n_consumers"))
     )
-    write_partition(
-        empty_frame(spark, contract("plan", "view_members")),
-        wh,
-        contract("plan", "view_members"),
-        ds,
+    views = (
+        members.groupBy("view_id")
+        .agg(
+            F.count("*").alias("n_producers"),
+            exact_sum(F.col("phi")).alias("events_per_hour"),
+        )
+        .join(readers, "view_id", "left")
+        .select(
+            "view_id",
+            F.lit(chosen).alias("strategy"),
+            "n_producers",
+            "events_per_hour",
+            F.coalesce("n_consumers", F.lit(0)).alias("n_consumers"),
+        )
     )
+    write_partition(views, wh, contract("plan", "views"), ds)
+    write_partition(
+        members.select("view_id", "producer_id"), wh, contract("plan", "view_members"), ds
+    )
+    outcome = (
+        part_rows.where(F.col("kind") == "p")
+        .groupBy("strategy", "mode")
+        .agg(F.count("*").alias("n"))
+        .collect()  # at most two rows per shared-view strategy
+    )
+    parts = {s: {"parts": 0, "fallback_parts": 0} for s in SHARED_VIEW_STRATEGIES if s in rows}
+    for r in outcome:
+        parts[r["strategy"]]["parts"] += r["n"]
+        if r["mode"] == "fallback":
+            parts[r["strategy"]]["fallback_parts"] += r["n"]
+    shared_members.unpersist()
     stacked.unpersist()
     edges.unpersist()
 
@@ -149,6 +213,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         "latency_met": rows[chosen].get("latency_met"),
         "latency_share": rows[chosen].get("latency_share"),
         "inactive_consumers": rows[chosen].get("inactive_consumers"),
+        "shared_view_parts": parts,
     }
 
     log.info("plan %s: %s", ds, stats)

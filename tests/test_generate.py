@@ -78,3 +78,35 @@ def test_cz2015_rates_follow_table_i():
     assert pop.event_rate.mean() == pytest.approx(1.0)
     assert pop.view_rate.mean() == pytest.approx(5.0)
     assert pop.fan_in.mean() == pytest.approx(6.5)
+
+
+def test_capped_zipf_keeps_the_mean_below_the_cap():
+    rng = np.random.default_rng(0)
+    v = zipf_values(5_000, 0.98, 137.1, rng, cap=3_000)
+    assert v.max() <= 3_000 + 1e-9
+    assert v.mean() == pytest.approx(137.1)
+    # uncapped values keep their Zipf ratios: the two largest below the cap
+    s = np.sort(v[v < 3_000 - 1e-6])[::-1]
+    free = zipf_values(5_000, 0.98, 137.1, np.random.default_rng(0))
+    f = np.sort(free)[::-1]
+    i = int((v >= 3_000 - 1e-6).sum())
+    assert s[0] / s[1] == pytest.approx(f[i] / f[i + 1])
+    # a cap above every value changes nothing
+    assert np.array_equal(
+        zipf_values(500, 0.62, 5.1, np.random.default_rng(1), cap=1e9),
+        zipf_values(500, 0.62, 5.1, np.random.default_rng(1)),
+    )
+
+
+def test_filled_degrees_reach_their_targets_under_heavy_skew():
+    """The Google+ shape draws most follows from a few producers; redrawing repeated draws
+    brings consumers close to their degrees, where plain draws lose most of them."""
+    prof = scaled(PROFILES["gplus"], 0.02)  # 1,994 consumers, 1,445 producers
+    pop = Population.draw(prof, 3)
+    cons = np.arange(prof.consumers)
+    deg = np.clip(np.round(pop.fan_in).astype(np.int64), 1, prof.producers - 1)
+    plain = pop.draw_edges(cons, deg, np.random.default_rng(5))
+    filled = pop.draw_edges(cons, deg, np.random.default_rng(5), fill=True)
+    assert plain.size < 0.7 * deg.sum() < 0.85 * deg.sum() < filled.size <= deg.sum()
+    assert np.unique(filled).size == filled.size
+    assert not np.any(filled // prof.producers == filled % prof.producers)  # no self-follows

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from jobs import stages
-from jobs.common.config import GLOBAL_ONLY, STRATEGIES, Settings
+from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
 from jobs.generate import PROFILES, generate, scaled
@@ -94,6 +94,9 @@ def incremental(spark, workload, tmp_path_factory) -> Settings:
         feed_k_per_producer=K_P,
         diversity_hours=HOURS,
         strategy="ff-per-pair",
+        # the days are built with the Feeding Frenzy strategies; each shared-view strategy
+        # is planned on the last day by the test that forces it
+        strategies=tuple(x for x in STRATEGIES if x not in SHARED_VIEW_STRATEGIES),
         shuffle_partitions=4,
     )
     for i in range(DAYS):
@@ -203,6 +206,20 @@ def test_assembled_feed_equals_the_naive_answer(spark, workload, incremental, st
         )
         idle = {c for c, _ in plan} - set(views["consumer_id"])
         assert pulled_consumers == idle
+    elif strategy in SHARED_VIEW_STRATEGIES:
+        # shared views are read; parts where they would cost more serve FF-PerPair's plan
+        assert "view" in set(plan.values()) and set(plan.values()) <= {"view", "push", "pull"}
+        members = table_rows(spark, s, "plan", "view_members", ds)
+        follows = {}
+        for c, p in plan:
+            follows.setdefault(c, set()).add(p)
+        view_of = {}
+        for v, p in members:
+            view_of.setdefault(v, set()).add(p)
+        reads = table_rows(spark, s, "plan", "consumer_sources", ds)
+        for c, kind, v in reads:
+            if kind == "view":  # a consumer reads only views over producers it follows
+                assert view_of[v] <= follows[c]
     else:
         assert set(plan.values()) == {"push", "pull"}
 

@@ -94,10 +94,10 @@ def test_query_plan_is_a_greedy_cover_with_natives_for_the_rest():
     assert plan == [frozenset("abc"), frozenset("d"), frozenset("e")]
 
 
-def random_problem(seed: int) -> views.Problem:
+def random_problem(seed: int, n_feeds: int | None = None, n_users: int | None = None):
     r = random.Random(seed)
-    feeds = [f"f{i}" for i in range(r.randint(3, 8))]
-    users = [f"u{i}" for i in range(r.randint(2, 8))]
+    feeds = [f"f{i}" for i in range(n_feeds or r.randint(3, 8))]
+    users = [f"u{i}" for i in range(n_users or r.randint(2, 8))]
     phi = {f: r.choice([0.5, 1.0, 2.0, 3.0, 5.0]) for f in feeds}
     theta = {u: r.choice([1.0, 2.0, 4.0, 8.0, 16.0]) for u in users}
     follows = {u: frozenset(r.sample(feeds, r.randint(1, len(feeds)))) for u in users}
@@ -126,13 +126,13 @@ def test_every_chosen_view_had_positive_benefit(seed):
     p = random_problem(seed)
     cands = views.candidate_views(p, full=True)
     s = views.hierarchy(p, cands)
-    replay = views.Selection([], {u: views.query_plan(fs, []) for u, fs in p.follows.items()})
+    replay = views.start(p)
     by_feeds = {c.feeds: c for c in cands}
     for v in s.views:
         gain, plans = views.benefit(p, replay, by_feeds[v])
         assert gain > 0
-        replay.views.append(v)
-        replay.plans.update(plans)
+        views.take(replay, by_feeds[v], plans)
+
     assert replay.cost(p) == pytest.approx(s.cost(p))
 
 
@@ -185,3 +185,105 @@ def test_components_join_users_through_shared_views(spark):
     got = {r.consumer_id: r.component for r in shared.components(m).collect()}
     # a-b (v1), b-c (v2), c-f (v5): one chain; d-e (v3, v4): another
     assert got == {"a": "a", "b": "a", "c": "a", "f": "a", "d": "d", "e": "d"}
+
+
+def test_plan_part_never_costs_more_than_ff_per_pair():
+    """The guard: a part whose selection costs more than FF-PerPair is served FF-PerPair."""
+    fell_back = 0
+    for seed in range(60):
+        p = random_problem(seed)
+        ff_push = {
+            u: frozenset(f for f in fs if p.theta[u] / p.phi[f] >= H / L)
+            for u, fs in p.follows.items()
+        }
+        for name, (full, _) in views.ALGORITHMS.items():
+            res = views.plan_part(p, views.candidate_views(p, full), name, ff_push)
+            realized = realized_cost(p, res)
+            assert realized <= ff_per_pair_cost(p) + 1e-9
+            assert sorted((c, f) for c, f, _, _ in res.edges) == sorted(
+                (u, f) for u, fs in p.follows.items() for f in fs
+            )
+            fell_back += res.fallback
+    assert fell_back > 0  # the random graphs do exercise the guard
+
+
+def realized_cost(p: views.Problem, res: views.PartPlan) -> float:
+    """The cost model applied to the edge assignments alone (as plan_cost does)."""
+    members = {views.view_id(v): v for v in res.views}
+    sources: dict[str, set[str]] = {}
+    pushed: dict[str, float] = {}
+    for c, f, mode, src in res.edges:
+        sources.setdefault(c, set()).add(src)
+        if mode == "push":
+            pushed[c] = pushed.get(c, 0.0) + p.phi[f]
+        if mode == "view":
+            assert f in members[src] and members[src] <= p.follows[c]
+    m = sum(p.maintenance(v) for v in members.values()) + H * sum(pushed.values())
+    return m + sum(p.evaluation(c, len(s)) for c, s in sources.items())
+
+
+@pytest.mark.parametrize("part_users", [1000, 3])
+def test_spark_selection_matches_the_sequential_plan(spark, part_users):
+    """select_views in Spark: with parts larger than the graph it makes the sequential
+    core's plan exactly; with tiny parts the plan stays valid and no dearer than FF-PerPair."""
+    from pyspark.sql import functions as F
+
+    from jobs.selection import feeding_frenzy, shared
+
+    p = random_problem(5, n_feeds=10, n_users=40)
+    e = edges_frame(spark, p).withColumn("active", F.lit(True))
+    e = e.withColumn("current_mode", F.lit(None).cast("string"))
+    ff = feeding_frenzy.ff_per_pair(e.withColumn("ratio", F.col("theta") / F.col("phi")), H / L)
+    ff_push = {u: frozenset() for u in p.follows}
+    for r in ff.where(F.col("mode") == "push").collect():
+        ff_push[r.consumer_id] = ff_push[r.consumer_id] | {r.producer_id}
+    for name, (full, _) in views.ALGORITHMS.items():
+        assigned, rows = shared.select_views(e, ff, name, H, L, part_users)
+        got = sorted(tuple(r) for r in assigned.collect())
+        members: dict[str, set[str]] = {}
+        for r in rows.where(F.col("kind") == "m").collect():
+            members.setdefault(r.source_id, set()).add(r.producer_id)
+        res = views.PartPlan(
+            [tuple(g) for g in got], [frozenset(v) for v in members.values()], 0, 0, False
+        )
+        assert realized_cost(p, res) <= ff_per_pair_cost(p) + 1e-9
+        if part_users == 1000:
+            edges, chosen = by_component(p, full, name, ff_push)
+            assert got == sorted(edges)
+            assert {frozenset(v) for v in members.values()} == chosen
+
+
+def by_component(p: views.Problem, full: bool, name: str, ff_push):
+    """The expected plan, derived apart from Spark: users joined through shared candidate
+    views (union-find) form components, each planned alone; consumers of one producer
+    read it natively."""
+    cands = views.candidate_views(p, full)
+    parent = {u: u for u in p.follows}
+
+    def root(u: str) -> str:
+        while parent[u] != u:
+            u = parent[u]
+        return u
+
+    for c in cands:
+        for u in c.users[1:]:
+            parent[root(u)] = root(c.users[0])
+    groups: dict[str, list[str]] = {}
+    for u in p.follows:
+        if len(p.follows[u]) > 1:
+            groups.setdefault(root(u), []).append(u)
+    edges = [(u, f, "pull", f) for u, fs in p.follows.items() if len(fs) == 1 for f in fs]
+    chosen: set[frozenset[str]] = set()
+    for members in groups.values():
+        sub = views.Problem(
+            {u: p.theta[u] for u in members},
+            {u: p.follows[u] for u in members},
+            p.phi,
+            p.push_cost,
+            p.pull_cost,
+        )
+        mine = [c for c in cands if c.users[0] in members]
+        res = views.plan_part(sub, mine, name, ff_push)
+        edges.extend(res.edges)
+        chosen.update(res.views)
+    return edges, chosen

@@ -22,11 +22,26 @@ STRATEGIES: tuple[str, ...] = (
     "ff-consumer",
     "ff-latency-pair",
     "ff-latency-consumer",
+    "cz-greedy",
+    "cz-hierarchy1",
+    "cz-hierarchy2",
 )
 """Strategies this release computes; ``auto`` serves the cheapest of the enabled ones."""
 
-GLOBAL_ONLY = ("ff-consumer",)
-"""Rules derived for global coherency (Lemma 2), not offered under per-producer coherency."""
+SHARED_VIEW_STRATEGIES = ("cz-greedy", "cz-hierarchy1", "cz-hierarchy2")
+"""Chen & Zhou's global view selection (jobs/selection/views.py)."""
+
+DEFAULT_STRATEGIES: tuple[str, ...] = tuple(
+    s for s in STRATEGIES if s not in ("cz-greedy", "cz-hierarchy1")
+)
+"""Computed unless ``strategies`` says otherwise: every strategy but the paper's Greedy and
+Hierarchy-1 (its baselines; they plan over whole follow sets and are dearer to compute)."""
+
+GLOBAL_ONLY = ("ff-consumer", *SHARED_VIEW_STRATEGIES)
+"""Rules for global coherency, not offered under per-producer coherency: Lemma 2's, and the
+shared views, whose latest k events over several producers cannot supply each producer's
+latest k_p."""
+
 
 COHERENCY_MODES = ("global", "per_producer")
 LATENCY_METRICS = ("sources", "pulls")
@@ -51,7 +66,8 @@ class Settings:
     rate_window_days: int = 7
     strategy: str = "auto"
     coherency: str = "global"
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+
     """Strategies computed and costed each day (``auto`` picks among these)."""
     rate_method: str = "eb_trend"
     """eb_trend | trailing_mean_prior (see jobs/estimators.py)."""
@@ -80,6 +96,9 @@ class Settings:
     inactive_after_days: int = 7
     """Consumers without a feed view in this many days (ending at ds) get no materialized feed
     and are served by pull until they return; 0 disables the rule."""
+    view_part_users: int = 2000
+    """Shared views: components of interacting users larger than this are split into parts of
+    about this many users, planned independently (docs/shared-views.md)."""
     mode_change_margin: float = 0.2
     """Hysteresis: a pushed edge turns pull below H/L/(1+m), a pulled one turns push at
     H/L*(1+m) or above (Feeding Frenzy 4.3: only update when the decision really changes)."""
@@ -155,6 +174,8 @@ class Settings:
             raise ConfigError("latency_quantile must be in (0, 1] and latency_bound >= 0")
         if self.inactive_after_days < 0:
             raise ConfigError("inactive_after_days must be >= 0 (0 disables the rule)")
+        if self.view_part_users < 2:
+            raise ConfigError("view_part_users must be at least 2")
 
     @property
     def threshold(self) -> float:

@@ -89,22 +89,41 @@ def with_hysteresis(
     )
 
 
+ASSIGNMENT_COLUMNS = (
+    "strategy",
+    "consumer_id",
+    "producer_id",
+    "mode",
+    "source_id",
+    "phi",
+    "theta",
+    "ratio",
+    "current_mode",
+    "active",
+)
+"""The columns of a strategy's assignment of the edges."""
+
+
 def _with_mode(edges: DataFrame, strategy: str, push: Column) -> DataFrame:
     from pyspark.sql import functions as F
 
+    source = F.when(push, F.col("consumer_id")).otherwise(F.col("producer_id"))
     mode = F.when(push, F.lit("push")).otherwise(F.lit("pull"))
+    return _select(edges.withColumn("mode", mode).withColumn("source_id", source), strategy)
+
+
+def _select(edges: DataFrame, strategy: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
     return edges.select(
-        F.lit(strategy).alias("strategy"),
-        "consumer_id",
-        "producer_id",
-        mode.alias("mode"),
-        F.when(push, F.col("consumer_id")).otherwise(F.col("producer_id")).alias("source_id"),
-        "phi",
-        "theta",
-        "ratio",
-        "current_mode",
-        "active",
+        *(F.lit(strategy).alias(c) if c == "strategy" else c for c in ASSIGNMENT_COLUMNS)
     )
+
+
+def with_assignment(edges: DataFrame, strategy: str, chosen: DataFrame) -> DataFrame:
+    """``edges`` with the mode and source of ``chosen`` (consumer_id, producer_id, mode,
+    source_id; one row per edge), in the columns of every other strategy's assignment."""
+    return _select(edges.join(chosen, ["consumer_id", "producer_id"]), strategy)
 
 
 def push_all(edges: DataFrame) -> DataFrame:

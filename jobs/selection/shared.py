@@ -64,29 +64,41 @@ def candidate_sets(edges: DataFrame, push_cost: float, pull_cost: float, full: b
     )
 
 
-def view_users(candidates: DataFrame, edges: DataFrame) -> DataFrame:
-    """``view_id, consumer_id``: every user whose follow set contains the view."""
+def follow_sets(edges: DataFrame) -> DataFrame:
+    """``consumer_id, follows``: each consumer's producers as a sorted array."""
+    from pyspark.sql import functions as F
+
+    return edges.groupBy("consumer_id").agg(
+        F.array_sort(F.collect_list("producer_id")).alias("follows")
+    )
+
+
+def view_users(candidates: DataFrame, edges: DataFrame, sets: DataFrame | None = None) -> DataFrame:
+    """``view_id, consumer_id``: every user whose follow set contains the view.
+
+    Each view meets only the followers of its least-followed producer (its access
+    predicate: every user of the view follows that producer, and it has the fewest
+    followers); each such follower's whole follow set (``sets``, from :func:`follow_sets`)
+    is then checked to contain the view."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    sets = sets if sets is not None else follow_sets(edges)
     fan_out = edges.groupBy("producer_id").agg(F.count("*").alias("fan_out"))
-    members = candidates.select("view_id", "size", F.explode("feeds").alias("producer_id"))
+    members = candidates.select("view_id", "feeds", F.explode("feeds").alias("producer_id"))
     rarest = Window.partitionBy("view_id").orderBy("fan_out", "producer_id")
     access = (
         members.join(fan_out, "producer_id")
         .withColumn("_r", F.row_number().over(rarest))
         .where(F.col("_r") == 1)
-        .select("view_id", "size", "producer_id")
+        .select("view_id", "feeds", "producer_id")
     )
-    follows = edges.select("consumer_id", "producer_id")
-    pairs = access.join(follows, "producer_id").select("view_id", "size", "consumer_id")
-    matched = (
-        pairs.join(members.select("view_id", "producer_id"), "view_id")
-        .join(follows, ["consumer_id", "producer_id"], "left_semi")
-        .groupBy("view_id", "consumer_id")
-        .agg(F.count("*").alias("n"), F.first("size").alias("size"))
+    pairs = access.join(edges.select("consumer_id", "producer_id"), "producer_id")
+    return (
+        pairs.join(sets, "consumer_id")
+        .where(F.size(F.array_except("feeds", "follows")) == 0)
+        .select("view_id", "consumer_id")
     )
-    return matched.where(F.col("n") == F.col("size")).select("view_id", "consumer_id")
 
 
 def components(memberships: DataFrame) -> DataFrame:
@@ -115,3 +127,202 @@ def components(memberships: DataFrame) -> DataFrame:
             break
     m.unpersist()
     return label
+
+
+PART_ROWS = (
+    "kind string, consumer_id string, producer_id string, mode string, source_id string, "
+    "cost double, ff_cost double"
+)
+"""What the per-part planner returns: ``e`` rows (an edge's mode and source), ``m`` rows (a
+materialized view's producer: source_id = view id) and one ``p`` row per part (source_id =
+part, mode = ``selected`` or ``fallback``, the part's modeled cost and FF-PerPair's)."""
+
+
+def parts(users: DataFrame, memberships: DataFrame, part_users: int) -> tuple[DataFrame, int]:
+    """``consumer_id, part, grp`` for every user in ``users`` and the number of groups.
+
+    A part is a connected component of the user-view graph (:func:`components`; a user in no
+    view is a part of its own). A component with more than ``part_users`` users is split:
+    first by a MinHash of the user's views (the smallest view id it belongs to, so users
+    sharing many views tend to land together), then, where a piece is still more than twice
+    the bound, by the user id. Parts are packed into ``grp`` groups of about ``part_users``
+    users for ``applyInPandas``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    comp = components(memberships)
+    anchor = memberships.groupBy("consumer_id").agg(F.min("view_id").alias("anchor"))
+    u = (
+        users.select("consumer_id")
+        .join(comp, "consumer_id", "left")
+        .join(anchor, "consumer_id", "left")
+        .withColumn("component", F.coalesce("component", "consumer_id"))
+        .withColumn("anchor", F.coalesce("anchor", "consumer_id"))
+    )
+    bound = F.lit(part_users)
+    n = F.count("*").over(Window.partitionBy("component"))
+    u = u.withColumn(
+        "part",
+        F.when(n <= bound, F.col("component")).otherwise(
+            F.concat_ws(
+                "#",
+                "component",
+                F.pmod(F.xxhash64("anchor"), F.ceil(n / bound)).cast("string"),
+            )
+        ),
+    )
+    m = F.count("*").over(Window.partitionBy("part"))
+    u = u.withColumn(
+        "part",
+        F.when(m <= 2 * bound, F.col("part")).otherwise(
+            F.concat_ws(
+                "/", "part", F.pmod(F.xxhash64("consumer_id"), F.ceil(m / bound)).cast("string")
+            )
+        ),
+    ).localCheckpoint()
+    total = u.count()
+    groups = max(1, -(-total // part_users))
+    return u.select(
+        "consumer_id", "part", F.pmod(F.xxhash64("part"), F.lit(groups)).alias("grp")
+    ), groups
+
+
+def _planner(algorithm: str, push_cost: float, pull_cost: float):  # type: ignore[no-untyped-def]
+    """The function ``applyInPandas`` runs per group: every part of the group planned alone
+    by :func:`jobs.selection.views.plan_part`."""
+
+    def run(pdf):  # type: ignore[no-untyped-def]
+        import pandas as pd
+
+        from jobs.selection import views
+
+        out: list[tuple[str, str | None, str | None, str | None, str, float | None, float | None]]
+        out = []
+        for part, df in pdf.groupby("part", sort=True):
+            theta: dict[str, float] = {}
+            follows: dict[str, frozenset[str]] = {}
+            phi: dict[str, float] = {}
+            ff_push: dict[str, frozenset[str]] = {}
+            cands: list[views.Candidate] = []
+            for r in df.itertuples(index=False):
+                if r.kind == "u":
+                    feeds = [str(f) for f in r.feeds]
+                    theta[r.id] = float(r.theta)
+                    follows[r.id] = frozenset(feeds)
+                    phi.update(zip(feeds, (float(x) for x in r.phis), strict=True))
+                    ff_push[r.id] = frozenset(f for f, p in zip(feeds, r.push, strict=True) if p)
+            for r in df.itertuples(index=False):
+                if r.kind == "v":
+                    fs = frozenset(str(f) for f in r.feeds)
+                    users = tuple(sorted(str(x) for x in r.users))
+                    upd = sum(phi[f] for f in fs)
+                    cands.append(views.Candidate(fs, users, sum(theta[x] for x in users), upd))
+            cands.sort(key=lambda c: (-len(c.feeds), sorted(c.feeds)))
+            p = views.Problem(theta, follows, phi, push_cost, pull_cost)
+            res = views.plan_part(p, cands, algorithm, ff_push)
+            for c, f, mode, src in res.edges:
+                out.append(("e", c, f, mode, src, None, None))
+            for v in res.views:
+                vid = views.view_id(v)
+                out.extend(("m", None, f, None, vid, None, None) for f in sorted(v))
+            kind = "fallback" if res.fallback else "selected"
+            out.append(("p", None, None, kind, str(part), res.cost, res.ff_cost))
+        cols = ["kind", "consumer_id", "producer_id", "mode", "source_id", "cost", "ff_cost"]
+        return pd.DataFrame(out, columns=cols)
+
+    return run
+
+
+def select_views(
+    edges: DataFrame,
+    ff_plan: DataFrame,
+    algorithm: str,
+    push_cost: float,
+    pull_cost: float,
+    part_users: int,
+) -> tuple[DataFrame, DataFrame]:
+    """A shared-view plan (``algorithm``: a key of ``jobs.selection.views.ALGORITHMS``).
+
+    ``edges``: the plan stage's edge inputs; ``ff_plan``: FF-PerPair's assignment of the same
+    edges (consumer_id, producer_id, mode). Returns ``consumer_id, producer_id, mode,
+    source_id`` for every edge (inactive consumers and consumers with one followed producer
+    read the producers' native views), and the ``p`` rows of the parts (see
+    :data:`PART_ROWS`) plus the ``m`` rows, persisted: ``view_id, producer_id`` of every
+    materialized view come from ``kind = 'm'``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from jobs.selection.views import ALGORITHMS
+
+    full = ALGORITHMS[algorithm][0]
+    act = edges.where(F.col("active")).select("consumer_id", "producer_id", "phi", "theta")
+    ff = ff_plan.select("consumer_id", "producer_id", (F.col("mode") == "push").alias("push"))
+    per_user = (
+        act.join(ff, ["consumer_id", "producer_id"], "left")
+        .groupBy("consumer_id")
+        .agg(
+            F.first("theta").alias("theta"),
+            F.array_sort(
+                F.collect_list(
+                    F.struct("producer_id", "phi", F.coalesce("push", F.lit(False)).alias("push"))
+                )
+            ).alias("_e"),
+        )
+        .where(F.size("_e") > 1)
+        .select(
+            "consumer_id",
+            "theta",
+            F.col("_e.producer_id").alias("feeds"),
+            F.col("_e.phi").alias("phis"),
+            F.col("_e.push").alias("push"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    sets = per_user.select("consumer_id", F.col("feeds").alias("follows"))
+    cands = candidate_sets(act, push_cost, pull_cost, full).persist(StorageLevel.MEMORY_AND_DISK)
+    memberships = view_users(cands, act, sets).localCheckpoint()
+    where, groups = parts(per_user, memberships, part_users)
+    user_rows = per_user.join(where, "consumer_id").select(
+        F.lit("u").alias("kind"),
+        "part",
+        "grp",
+        F.col("consumer_id").alias("id"),
+        "theta",
+        "feeds",
+        "phis",
+        "push",
+    )
+    view_rows = (
+        memberships.join(where, "consumer_id")
+        .groupBy("view_id", "part", "grp")
+        .agg(F.collect_list("consumer_id").alias("users"))
+        .join(cands.select("view_id", "feeds"), "view_id")
+        .select(
+            F.lit("v").alias("kind"), "part", "grp", F.col("view_id").alias("id"), "feeds", "users"
+        )
+    )
+    rows = user_rows.unionByName(view_rows, allowMissingColumns=True).repartition(
+        min(groups, 4 * edges.sparkSession.sparkContext.defaultParallelism), "grp"
+    )
+    planned = (
+        rows.groupBy("grp")
+        .applyInPandas(_planner(algorithm, push_cost, pull_cost), PART_ROWS)
+        .localCheckpoint()  # planned once; the inputs can be released
+    )
+
+    chosen = planned.where(F.col("kind") == "e").select(
+        "consumer_id", "producer_id", F.col("mode").alias("_m"), F.col("source_id").alias("_s")
+    )
+    assigned = (
+        edges.select("consumer_id", "producer_id")
+        .join(chosen, ["consumer_id", "producer_id"], "left")
+        .select(
+            "consumer_id",
+            "producer_id",
+            F.coalesce("_m", F.lit("pull")).alias("mode"),
+            F.coalesce("_s", "producer_id").alias("source_id"),
+        )
+    )
+    per_user.unpersist()
+    cands.unpersist()
+    return assigned, planned.where(F.col("kind").isin("m", "p"))

@@ -101,25 +101,29 @@ def query_plan(follows: Feeds, views: Iterable[Feeds]) -> list[Feeds]:
 
 @dataclass
 class Selection:
+    """Chosen views, each user's query plan, and per user the chosen views it may use
+    (those whose feeds it all follows), so a plan is recomputed from those alone."""
+
     views: list[Feeds] = field(default_factory=list)
     plans: dict[str, list[Feeds]] = field(default_factory=dict)
+    usable: dict[str, list[Feeds]] = field(default_factory=dict)
 
     def cost(self, p: Problem) -> float:
         m = sum(p.maintenance(v) for v in self.views)
         return m + sum(p.evaluation(u, len(plan)) for u, plan in self.plans.items())
 
 
-def _start(p: Problem) -> Selection:
+def start(p: Problem) -> Selection:
+    """No view materialized: every user reads its feeds' native views."""
     return Selection([], {u: query_plan(fs, []) for u, fs in p.follows.items()})
 
 
 def benefit(p: Problem, s: Selection, c: Candidate) -> tuple[float, dict[str, list[Feeds]]]:
     """Eq. 6: the evaluation cost the candidate saves its users, minus its maintenance; and
     the users' new plans."""
-    new_views = [*s.views, c.feeds]
     saved, plans = 0.0, {}
     for u in c.users:
-        plan = query_plan(p.follows[u], new_views)
+        plan = query_plan(p.follows[u], [*s.usable.get(u, ()), c.feeds])
         gain = p.evaluation(u, len(s.plans[u])) - p.evaluation(u, len(plan))
         if gain > 0:
             saved += gain
@@ -127,43 +131,65 @@ def benefit(p: Problem, s: Selection, c: Candidate) -> tuple[float, dict[str, li
     return saved - p.maintenance(c.feeds), plans
 
 
-def _take(s: Selection, c: Candidate, plans: dict[str, list[Feeds]]) -> None:
+def take(s: Selection, c: Candidate, plans: dict[str, list[Feeds]]) -> None:
+    """Materialize ``c``: its users may use it from now on; ``plans`` are the new plans."""
     s.views.append(c.feeds)
+    for u in c.users:
+        s.usable.setdefault(u, []).append(c.feeds)
     s.plans.update(plans)
 
 
 def greedy(p: Problem, candidates: list[Candidate]) -> Selection:
     """Algorithm 2."""
-    s = _start(p)
+    s = start(p)
     live = {c.feeds: c for c in candidates}
     scores = {f: benefit(p, s, c)[0] for f, c in live.items()}
     live = {f: c for f, c in live.items() if scores[f] > 0}
+    of_user: dict[str, list[Feeds]] = {}
+    for f, c in live.items():
+        for u in c.users:
+            of_user.setdefault(u, []).append(f)
     while live:
         best = max(live, key=lambda f: (scores[f], len(f), sorted(f)))
         c = live.pop(best)
         gain, plans = benefit(p, s, c)
         if gain <= 0:  # stale after earlier choices: recompute and go on
             continue
-        _take(s, c, plans)
-        touched = set(c.users)
-        for f, other in list(live.items()):
-            if touched.intersection(other.users):
-                scores[f] = benefit(p, s, other)[0]
-                if scores[f] <= 0:
-                    del live[f]
+        take(s, c, plans)
+        # only candidates sharing a user with the chosen view can change benefit
+        touched = {f for u in c.users for f in of_user.get(u, ()) if f in live}
+        for f in sorted(touched, key=sorted):
+            scores[f] = benefit(p, s, live[f])[0]
+            if scores[f] <= 0:
+                del live[f]
     return s
 
 
 def bottom_up_order(candidates: list[Candidate]) -> list[Candidate]:
     """Algorithm 3: depth-first from the largest views down the transitive reduction of the
-    subset order, each view listed after all views below it."""
+    subset order, each view listed after all views below it.
+
+    A view's subsets are looked for among the candidates of one of its users only: a subset
+    of v is contained in every follow set that contains v, so it shares all of v's users.
+    This keeps the order linear in the candidates times the views per user, not quadratic
+    in the candidates."""
     by_feeds = {c.feeds: c for c in candidates}
     views = sorted(by_feeds, key=lambda v: (-len(v), sorted(v)))
-    below = {v: [w for w in views if w < v] for v in views}
-    # transitive reduction: keep w < v only when no x with w < x < v
-    children = {
-        v: [w for w in below[v] if not any(w < x for x in below[v] if x != w)] for v in views
-    }
+    of_user: dict[str, list[Feeds]] = {}
+    for v in views:
+        for u in by_feeds[v].users:
+            of_user.setdefault(u, []).append(v)
+
+    def below(v: Feeds) -> list[Feeds]:
+        users = by_feeds[v].users
+        pool = of_user[users[0]] if users else views
+        return [w for w in pool if w < v]
+
+    children: dict[Feeds, list[Feeds]] = {}
+    for v in views:
+        # transitive reduction: keep w < v only when no x with w < x < v
+        b = below(v)
+        children[v] = [w for w in b if not any(w < x for x in b if x != w)]
     order: list[Feeds] = []
     done: set[Feeds] = set()
     processed: set[Feeds] = set()
@@ -184,9 +210,81 @@ def bottom_up_order(candidates: list[Candidate]) -> list[Candidate]:
 
 def hierarchy(p: Problem, candidates: list[Candidate]) -> Selection:
     """Algorithm 3's order, materializing each view whose benefit is positive when visited."""
-    s = _start(p)
+    s = start(p)
     for c in bottom_up_order(candidates):
         gain, plans = benefit(p, s, c)
         if gain > 0:
-            _take(s, c, plans)
+            take(s, c, plans)
     return s
+
+
+ALGORITHMS: dict[str, tuple[bool, str]] = {
+    "cz-greedy": (True, "greedy"),
+    "cz-hierarchy1": (True, "hierarchy"),
+    "cz-hierarchy2": (False, "hierarchy"),
+}
+"""Strategy -> (candidates from full follow sets, selection). The paper's Greedy uses full
+follow sets (Section V.A); Hierarchy-1 full sets, Hierarchy-2 Algorithm 1's candidates."""
+
+
+def view_id(feeds: Iterable[str]) -> str:
+    """The id ``jobs.selection.shared.view_id`` computes in Spark, for the same feed set."""
+    import hashlib
+
+    return "v" + hashlib.sha1("\u001f".join(sorted(feeds)).encode()).hexdigest()[:16]
+
+
+@dataclass
+class PartPlan:
+    """The outcome for one part: every edge's (mode, source), the materialized views, and
+    the part's modeled cost under the selection and under FF-PerPair."""
+
+    edges: list[tuple[str, str, str, str]]
+    views: list[Feeds]
+    cost: float
+    ff_cost: float
+    fallback: bool
+
+
+def plan_part(
+    p: Problem, candidates: list[Candidate], algorithm: str, ff_push: Mapping[str, Feeds]
+) -> PartPlan:
+    """Run ``algorithm`` over one part and turn the selection into edge assignments
+    ``(consumer, producer, mode, source)``: a view of one feed is a pull of that producer, a
+    larger view is mode ``view`` with the view's id; where plans overlap, an edge goes to the
+    first view of the plan that holds it.
+
+    ``ff_push``: the producers FF-PerPair pushes to each user. When the selection would cost
+    more than FF-PerPair on this part (the algorithms are heuristics; see docs/shared-views.md),
+    the part is served FF-PerPair's plan instead, so the strategy never costs more than
+    FF-PerPair. Parts do not interact, so the guard holds for the sum."""
+    select = greedy if ALGORITHMS[algorithm][1] == "greedy" else hierarchy
+    s = select(p, candidates)
+    cost = s.cost(p)
+    ff_cost = 0.0
+    for u, fs in p.follows.items():
+        pushed = ff_push.get(u, frozenset())
+        sources = len(fs - pushed) + (1 if pushed else 0)
+        ff_cost += p.maintenance(pushed) + p.evaluation(u, sources)
+    edges: list[tuple[str, str, str, str]] = []
+    if cost > ff_cost + 1e-9 * max(1.0, ff_cost):
+        for u in sorted(p.follows):
+            pushed = ff_push.get(u, frozenset())
+            for f in sorted(p.follows[u]):
+                edges.append((u, f, "push", u) if f in pushed else (u, f, "pull", f))
+        return PartPlan(edges, [], cost, ff_cost, True)
+    used: set[Feeds] = set()
+    for u in sorted(s.plans):
+        assigned: set[str] = set()
+        for v in s.plans[u]:
+            if len(v) == 1:
+                (f,) = v
+                edges.append((u, f, "pull", f))
+                assigned.add(f)
+                continue
+            used.add(v)
+            vid = view_id(v)
+            for f in sorted(v - assigned):
+                edges.append((u, f, "view", vid))
+            assigned |= v
+    return PartPlan(edges, sorted(used, key=sorted), cost, ff_cost, False)

@@ -1,0 +1,131 @@
+"""Shared-view planning at scale (Chen & Zhou, Section V): planning wall time per strategy
+and modeled cost relative to FF-PerPair, on a generated workload.
+
+    python bench/shared_views.py --profile gplus [--scale 1] [--work var/bench/gplus] \
+        [--strategies cz-hierarchy2,cz-greedy] [--part-users 2000]
+
+Generates one day of the profile (skipped when the landing data is there), runs ``ingest``
+and ``rates``, then the ``plan`` stage once for the Feeding Frenzy baselines and once per
+shared-view strategy (each with FF-PerPair beside it, which the shared-view strategies fall
+back to part by part). Prints a Markdown table and writes
+``bench/results/shared_views_<profile>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import platform
+import resource
+import time
+from pathlib import Path
+
+from jobs import stages
+from jobs.common.config import load_settings
+from jobs.common.spark import build_session
+from jobs.common.storage import Storage
+from jobs.common.tables import contract, read_partition
+from jobs.generate import PROFILES, generate, scaled
+
+DAY = dt.date(2026, 1, 1)
+BASELINES = ("push-all", "pull-all", "ff-per-pair", "ff-consumer")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="gplus", choices=sorted(PROFILES))
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--work", default=None, help="landing and warehouse go under this folder")
+    ap.add_argument("--strategies", default="cz-hierarchy2,cz-hierarchy1,cz-greedy")
+    ap.add_argument("--part-users", type=int, default=2000)
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--shuffle-partitions", type=int, default=16)
+    args = ap.parse_args()
+
+    work = Path(args.work or f"var/bench/{args.profile}-{args.scale:g}")
+    landing, warehouse = work / "landing", work / "warehouse"
+    profile = scaled(PROFILES[args.profile], args.scale)
+    result: dict = {
+        "profile": args.profile,
+        "scale": args.scale,
+        "consumers": profile.consumers,
+        "producers": profile.producers,
+        "part_users": args.part_users,
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "stages": {},
+        "strategies": {},
+    }
+    if not (landing / "follows").is_dir():
+        t = time.perf_counter()
+        generate(Storage.at(str(landing)), DAY, 1, profile, seed=7)
+        result["stages"]["generate"] = round(time.perf_counter() - t, 1)
+
+    base = load_settings(
+        overrides={
+            "landing": str(landing),
+            "warehouse": str(warehouse),
+            "view_part_users": args.part_users,
+            "shuffle_partitions": args.shuffle_partitions,
+            "spark_conf": {"spark.driver.memory": args.driver_memory},
+        }
+    )
+    spark = build_session(base, "bench-shared-views")
+    wh = Storage.at(base.warehouse)
+    for layer, table, stage in (
+        ("clean", "follows", "ingest"),
+        ("rates", "producer_rates", "rates"),
+    ):
+        if not wh.is_dir(*contract(layer, table).parts(DAY)):
+            t = time.perf_counter()
+            stages.run_stage(stage, base, DAY, spark)
+            result["stages"][stage] = round(time.perf_counter() - t, 1)
+    edges = read_partition(spark, wh, contract("clean", "follows"), DAY).count()
+    result["edges"] = edges
+
+    def plan(strategies: tuple[str, ...], strategy: str) -> tuple[float, dict, dict]:
+        s = dataclasses.replace(base, strategies=strategies, strategy=strategy)
+        t = time.perf_counter()
+        stats = stages.run_stage("plan", s, DAY, spark)
+        wall = time.perf_counter() - t
+        costs = read_partition(spark, wh, contract("plan", "plan_cost"), DAY).collect()
+        return wall, {r["strategy"]: r.asDict() for r in costs}, stats
+
+    wall, rows, _ = plan(BASELINES, "ff-per-pair")
+    result["stages"]["plan_baselines"] = round(wall, 1)
+    ff = rows["ff-per-pair"]["total_cost"]
+    for name in BASELINES:
+        result["strategies"][name] = {"cost": rows[name]["total_cost"], "plan_s": None}
+    result["strategies"]["ff-per-pair"]["plan_s"] = round(wall, 1)
+    for name in [x for x in args.strategies.split(",") if x]:
+        wall, rows, stats = plan(("ff-per-pair", name), name)
+        r = rows[name]
+        parts = stats.get("shared_view_parts", {}).get(name, {})
+        result["strategies"][name] = {
+            "cost": r["total_cost"],
+            "plan_s": round(wall, 1),
+            "views": r["views"],
+            "view_edges": r["view_edges"],
+            "sources_p95": r["sources_p95"],
+            **parts,
+        }
+        print(f"{name}: {wall:.0f} s, cost {r['total_cost'] / ff:.3f} x FF-PerPair", flush=True)
+    spark.stop()
+    result["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+    print(f"\n{args.profile} x{args.scale:g}: {edges:,} follow edges")
+    print("| strategy | plan wall time (s) | cost / FF-PerPair | views | parts (fallback) |")
+    print("|---|---|---|---|---|")
+    for name, r in result["strategies"].items():
+        parts = f"{r['parts']} ({r['fallback_parts']})" if "parts" in r else ""
+        wall_s = "" if r["plan_s"] is None else f"{r['plan_s']:.0f}"
+        print(f"| {name} | {wall_s} | {r['cost'] / ff:.3f} | {r.get('views', '')} | {parts} |")
+    out = Path("bench/results")
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"shared_views_{args.profile}_{args.scale:g}.json"
+    (out / name).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
