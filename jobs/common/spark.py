@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from jobs.common.config import Settings
@@ -50,6 +51,9 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     if not launched_by_spark_submit():
         builder = builder.master(settings.spark_master)
+        # Python workers (applyInPandas) run this interpreter, with its packages, whatever
+        # the PATH says; spark-submit and cluster deployments set their own
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in spark_defaults(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -26,6 +26,7 @@ u, at ``EV(u) = theta_u * L * |V_u|`` when ``|V_u| > 1``, else 0 (Eq. 3).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -149,8 +150,15 @@ def greedy(p: Problem, candidates: list[Candidate]) -> Selection:
     for f, c in live.items():
         for u in c.users:
             of_user.setdefault(u, []).append(f)
-    while live:
-        best = max(live, key=lambda f: (scores[f], len(f), sorted(f)))
+    # a heap of (-benefit, -size, sorted feeds): the largest benefit first, ties to the
+    # larger view, then the smaller sorted feed list; entries whose benefit changed since
+    # they were pushed are skipped when popped
+    heap = [(-scores[f], -len(f), tuple(sorted(f)), f) for f in live]
+    heapq.heapify(heap)
+    while heap:
+        neg, _, _, best = heapq.heappop(heap)
+        if best not in live or -neg != scores[best]:
+            continue
         c = live.pop(best)
         gain, plans = benefit(p, s, c)
         if gain <= 0:  # stale after earlier choices: recompute and go on
@@ -162,6 +170,8 @@ def greedy(p: Problem, candidates: list[Candidate]) -> Selection:
             scores[f] = benefit(p, s, live[f])[0]
             if scores[f] <= 0:
                 del live[f]
+            else:
+                heapq.heappush(heap, (-scores[f], -len(f), tuple(sorted(f)), f))
     return s
 
 
