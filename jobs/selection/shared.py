@@ -64,41 +64,42 @@ def candidate_sets(edges: DataFrame, push_cost: float, pull_cost: float, full: b
     )
 
 
-def follow_sets(edges: DataFrame) -> DataFrame:
-    """``consumer_id, follows``: each consumer's producers as a sorted array."""
-    from pyspark.sql import functions as F
-
-    return edges.groupBy("consumer_id").agg(
-        F.array_sort(F.collect_list("producer_id")).alias("follows")
-    )
-
-
-def view_users(candidates: DataFrame, edges: DataFrame, sets: DataFrame | None = None) -> DataFrame:
+def view_users(candidates: DataFrame, edges: DataFrame) -> DataFrame:
     """``view_id, consumer_id``: every user whose follow set contains the view.
 
     Each view meets only the followers of its least-followed producer (its access
     predicate: every user of the view follows that producer, and it has the fewest
-    followers); each such follower's whole follow set (``sets``, from :func:`follow_sets`)
-    is then checked to contain the view."""
+    followers) that follow at least as many producers as the view holds; each such pair is
+    verified by counting the view's producers among the user's follow edges. Everything
+    stays in rows of ids (no follow set is carried as an array), so a user who follows tens of
+    thousands of producers costs rows that spill, not one oversized record."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    sets = sets if sets is not None else follow_sets(edges)
-    fan_out = edges.groupBy("producer_id").agg(F.count("*").alias("fan_out"))
-    members = candidates.select("view_id", "feeds", F.explode("feeds").alias("producer_id"))
+    follows = edges.select("consumer_id", "producer_id")
+    fan_out = follows.groupBy("producer_id").agg(F.count("*").alias("fan_out"))
+    fan_in = follows.groupBy("consumer_id").agg(F.count("*").alias("fan_in"))
+    members = candidates.select("view_id", "size", F.explode("feeds").alias("producer_id"))
     rarest = Window.partitionBy("view_id").orderBy("fan_out", "producer_id")
     access = (
         members.join(fan_out, "producer_id")
         .withColumn("_r", F.row_number().over(rarest))
         .where(F.col("_r") == 1)
-        .select("view_id", "feeds", "producer_id")
+        .select("view_id", "size", "producer_id")
     )
-    pairs = access.join(edges.select("consumer_id", "producer_id"), "producer_id")
-    return (
-        pairs.join(sets, "consumer_id")
-        .where(F.size(F.array_except("feeds", "follows")) == 0)
-        .select("view_id", "consumer_id")
+    pairs = (
+        access.join(follows, "producer_id")
+        .join(fan_in, "consumer_id")
+        .where(F.col("fan_in") >= F.col("size"))
+        .select("view_id", "size", "consumer_id")
     )
+    matched = (
+        pairs.join(members.select("view_id", "producer_id"), "view_id")
+        .join(follows, ["consumer_id", "producer_id"], "left_semi")
+        .groupBy("view_id", "consumer_id")
+        .agg(F.count("*").alias("n"), F.first("size").alias("size"))
+    )
+    return matched.where(F.col("n") == F.col("size")).select("view_id", "consumer_id")
 
 
 def components(memberships: DataFrame) -> DataFrame:
@@ -278,9 +279,8 @@ def select_views(
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    sets = per_user.select("consumer_id", F.col("feeds").alias("follows"))
     cands = candidate_sets(act, push_cost, pull_cost, full).persist(StorageLevel.MEMORY_AND_DISK)
-    memberships = view_users(cands, act, sets).localCheckpoint()
+    memberships = view_users(cands, act).localCheckpoint()
     where, groups = parts(per_user, memberships, part_users)
     user_rows = per_user.join(where, "consumer_id").select(
         F.lit("u").alias("kind"),
