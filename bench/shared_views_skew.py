@@ -38,32 +38,6 @@ def problem(profile_name: str, scale: float, skew: float, seed: int, H: float, L
     return views.Problem(theta, {u: frozenset(fs) for u, fs in follows.items()}, phi, H, L)
 
 
-def candidates(p: views.Problem, full: bool) -> list[views.Candidate]:
-    """Algorithm 1 (``views.candidate_views``), with each candidate's users found from an
-    inverted index (followers of the rarest feed, then checked) instead of a scan."""
-    followers: dict[str, set[str]] = {}
-    for u, fs in p.follows.items():
-        for f in fs:
-            followers.setdefault(f, set()).add(u)
-    sets: dict[frozenset[str], float] = {}
-    for u in sorted(p.follows):
-        fs = p.follows[u]
-        if full:
-            groups = [fs]
-        else:
-            push = frozenset(f for f in fs if p.theta[u] * p.pull_cost >= p.phi[f] * p.push_cost)
-            groups = [push, fs - push]
-        for g in groups:
-            if len(g) > 1:
-                sets[g] = sets.get(g, 0.0) + p.theta[u]
-    out = []
-    for feeds, q in sets.items():
-        rare = min(feeds, key=lambda f: len(followers[f]))
-        users = tuple(sorted(u for u in followers[rare] if feeds <= p.follows[u]))
-        out.append(views.Candidate(feeds, users, q, sum(p.phi[f] for f in feeds)))
-    return sorted(out, key=lambda c: (-len(c.feeds), sorted(c.feeds)))
-
-
 def baselines(p: views.Problem) -> dict[str, float]:
     H, L = p.push_cost, p.pull_cost
     out = {"push-all": 0.0, "pull-all": 0.0, "ff-per-pair": 0.0, "per-user optimum": 0.0}
@@ -106,7 +80,7 @@ def main() -> None:
         for name, (full, how) in views.ALGORITHMS.items():
             t = time.perf_counter()
             select = views.greedy if how == "greedy" else views.hierarchy
-            costs[name] = select(p, candidates(p, full)).cost(p)
+            costs[name] = select(p, views.candidate_views(p, full)).cost(p)
             seconds[name] = time.perf_counter() - t
         ff = costs["ff-per-pair"]
         edges = sum(len(fs) for fs in p.follows.values())

@@ -61,7 +61,12 @@ class Candidate:
 def candidate_views(p: Problem, full: bool = False) -> list[Candidate]:
     """Algorithm 1 (``full``: each user's whole follow set, Hierarchy-1's candidates).
 
-    Sets of one feed are left out: a feed's native view already serves them."""
+    Sets of one feed are left out: a feed's native view already serves them. A candidate's
+    users are found among the followers of its least-followed feed."""
+    followers: dict[str, set[str]] = {}
+    for u, fs in p.follows.items():
+        for f in fs:
+            followers.setdefault(f, set()).add(u)
     sets: dict[Feeds, float] = {}
     for u in sorted(p.follows):
         fs = p.follows[u]
@@ -75,8 +80,10 @@ def candidate_views(p: Problem, full: bool = False) -> list[Candidate]:
                 sets[g] = sets.get(g, 0.0) + p.theta[u]  # merged: query frequencies add up
     out = []
     for feeds, q in sets.items():
-        users = tuple(sorted(u for u, fs in p.follows.items() if feeds <= fs))
+        rare = min(feeds, key=lambda f: (len(followers[f]), f))
+        users = tuple(sorted(u for u in followers[rare] if feeds <= p.follows[u]))
         out.append(Candidate(feeds, users, q, sum(p.phi[f] for f in feeds)))
+
     return sorted(out, key=lambda c: (-len(c.feeds), sorted(c.feeds)))
 
 
