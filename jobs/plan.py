@@ -56,15 +56,11 @@ def assignments(edges: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
             per_consumer,
         )
 
-    ff_plan: list[DataFrame] = []
-
     def shared_views(name: str) -> Callable[[DataFrame], DataFrame]:
         def build(e: DataFrame) -> DataFrame:
-            if not ff_plan:
-                ff_plan.append(min_cost(e).select("consumer_id", "producer_id", "mode"))
             chosen, rows = shared.select_views(
                 e,
-                ff_plan[0],
+                min_cost(e).select("consumer_id", "producer_id", "mode"),
                 name,
                 settings.push_cost,
                 settings.pull_cost,
