@@ -15,7 +15,12 @@ driver:
   Views with no shared user and no subset relation do not interact (Section IV.E), and a
   view and its subsets always share the view's users, so each component can be planned
   alone.
+* :func:`parts`: components bounded to about ``view_part_users`` users (the documented
+  approximation of docs/shared-views.md), packed into groups.
+* :func:`select_views`: the whole strategy: the sequential selection per part with
+  ``applyInPandas``, FF-PerPair's plan where it is cheaper, every edge assigned.
 """
+
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Global view selection with shared views (Chen & Zhou, Section IV), for one group of
 interacting users and views, in plain Python.
 
-This is the sequential core that the ``plan`` stage will run per independent component (views
-with no subset relation and no shared users do not interact, Section IV.E) through
-``applyInPandas``; a component holds a bounded number of users and candidate views.
+This is the sequential core that the ``plan`` stage runs per independent part (views with no
+subset relation and no shared users do not interact, Section IV.E) through ``applyInPandas``
+(``jobs.selection.shared.select_views``); a part holds a bounded number of users.
+
 
 Model (Section III.C): every feed f has its native view (kept anyway, free); a materialized
 view v over feeds ``F_v`` costs ``M(v) = H * sum_{f in F_v} phi_f`` (Eq. 4); user u reads a
