@@ -21,7 +21,6 @@ driver:
   ``applyInPandas``, FF-PerPair's plan where it is cheaper, every edge assigned.
 """
 
-
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
