@@ -94,6 +94,28 @@ def test_query_plan_is_a_greedy_cover_with_natives_for_the_rest():
     assert plan == [frozenset("abc"), frozenset("d"), frozenset("e")]
 
 
+@pytest.mark.parametrize("seed", range(200))
+def test_query_plan_matches_a_scan_of_every_view_at_every_step(seed):
+    # the planner recounts only the views that reach the top of a heap of stale counts; the
+    # textbook greedy recounts every view at every step and takes the first maximum in
+    # (larger view, smaller sorted feed list) order
+    r = random.Random(seed)
+    feeds = [f"f{i}" for i in range(r.randint(2, 30))]
+    follows = frozenset(r.sample(feeds, r.randint(2, len(feeds))))
+    pool = [frozenset(r.sample(sorted(follows), r.randint(2, len(follows)))) for _ in range(40)]
+    pool = sorted(set(pool), key=lambda v: (-len(v), sorted(v)))
+    left, expected = set(follows), []
+    while True:
+        counts = [len(v & left) for v in pool]
+        if not counts or max(counts) <= 1:
+            break
+        best = pool[counts.index(max(counts))]
+        expected.append(best)
+        left -= best
+    expected += [frozenset([f]) for f in sorted(left)]
+    assert views.query_plan(follows, pool) == expected
+
+
 def random_problem(seed: int, n_feeds: int | None = None, n_users: int | None = None):
     r = random.Random(seed)
     feeds = [f"f{i}" for i in range(n_feeds or r.randint(3, 8))]
@@ -131,7 +153,7 @@ def test_every_chosen_view_had_positive_benefit(seed):
     for v in s.views:
         gain, plans = views.benefit(p, replay, by_feeds[v])
         assert gain > 0
-        views.take(replay, by_feeds[v], plans)
+        views.take(p, replay, by_feeds[v], plans)
 
     assert replay.cost(p) == pytest.approx(s.cost(p))
 

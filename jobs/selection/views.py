@@ -16,6 +16,9 @@ u, at ``EV(u) = theta_u * L * |V_u|`` when ``|V_u| > 1``, else 0 (Eq. 3).
   are all users whose follow set contains it. ``full=True`` takes each user's whole follow set
   instead (Hierarchy-1 and the paper's Greedy).
 * :func:`query_plan`: the greedy minimum set cover of ``F_u`` by usable views (Section IV.D).
+  During selection a user's plan is re-covered with its current plan's views plus the view
+  being weighed (:func:`benefit`).
+
 * :func:`greedy`: Algorithm 2 with the benefit ``B(v, V)`` of Eq. 6; after each choice the
   benefits of the candidates that share a user with it are recomputed (the paper recomputes
   the supersets of the chosen view; every candidate whose users' plans changed can lose
@@ -27,6 +30,7 @@ u, at ``EV(u) = theta_u * L * |V_u|`` when ``|V_u| > 1``, else 0 (Eq. 3).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -88,64 +92,138 @@ def candidate_views(p: Problem, full: bool = False) -> list[Candidate]:
     return sorted(out, key=lambda c: (-len(c.feeds), sorted(c.feeds)))
 
 
+def _order(v: Feeds) -> tuple[int, list[str]]:
+    return (-len(v), sorted(v))
+
+
 def query_plan(follows: Feeds, views: Iterable[Feeds]) -> list[Feeds]:
     """Greedy set cover of ``follows`` by the usable ``views`` (subsets of it) and the native
     views: repeatedly the view covering most uncovered feeds (ties: the larger view, then
     the smaller sorted feed list), natives last."""
-    usable = sorted(
-        (v for v in set(views) if len(v) > 1 and v <= follows),
-        key=lambda v: (-len(v), sorted(v)),
-    )
-    left = set(follows)
+    usable = sorted((v for v in set(views) if len(v) > 1 and v <= follows), key=_order)
+    return _cover(follows, usable)
+
+
+def _cover(follows: Feeds, usable: list[Feeds]) -> list[Feeds]:
+    views, covered = _greedy_cover(usable)
+    views.extend(frozenset([f]) for f in sorted(follows - covered))
+    return views
+
+
+def _cover_len(follows: Feeds, usable: list[Feeds]) -> int:
+    views, covered = _greedy_cover(usable)
+    return len(views) + len(follows) - len(covered)
+
+
+def _greedy_cover(usable: list[Feeds]) -> tuple[list[Feeds], set[str]]:
+    """The greedy part of :func:`query_plan` over ``usable`` (distinct subsets of the
+    follow set of two feeds or more, in :func:`_order`): the views picked, and the feeds
+    they cover (the rest go to their native views).
+
+    Lazy greedy: a view's count of uncovered feeds only falls as the cover grows, so a heap of
+    stale counts (ties by position) yields the same choice as a scan of all views, after
+    recounting only the views that reach the top. Counting against the covered feeds keeps
+    the work independent of the size of the follow set."""
+    heap = [(-len(v), i) for i, v in enumerate(usable)]  # sorted, hence a heap
+    covered: set[str] = set()
     plan: list[Feeds] = []
-    while left:
-        best = max(usable, key=lambda v: len(v & left), default=None)
-        if best is None or len(best & left) <= 1:
-            break
-        plan.append(best)
-        left -= best
-    plan.extend(frozenset([f]) for f in sorted(left))
-    return plan
+    while heap:
+        neg, i = heap[0]
+        n = len(usable[i].difference(covered)) if covered else len(usable[i])
+        if n == -neg:
+            if n <= 1:
+                break
+            heapq.heappop(heap)
+            plan.append(usable[i])
+            covered |= usable[i]
+        elif n <= 1:
+            heapq.heappop(heap)  # can never be chosen: counts only fall
+        else:
+            heapq.heapreplace(heap, (-n, i))
+    return plan, covered
 
 
 @dataclass
 class Selection:
-    """Chosen views, each user's query plan, and per user the chosen views it may use
-    (those whose feeds it all follows), so a plan is recomputed from those alone."""
+    """Chosen views and each user's query plan: the materialized views it reads (in the
+    order the cover picked them) and the number of sources it reads, natives included. The
+    natives are spelled out only by :attr:`plans`."""
 
+    follows: Mapping[str, Feeds]
     views: list[Feeds] = field(default_factory=list)
-    plans: dict[str, list[Feeds]] = field(default_factory=dict)
-    usable: dict[str, list[Feeds]] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    picked: dict[str, list[Feeds]] = field(default_factory=dict)
+    # per user, the views of ``picked`` in _order, and their _order keys
+    _sorted: dict[str, tuple[list[tuple[int, list[str]]], list[Feeds]]] = field(
+        default_factory=dict
+    )
+
+    @property
+    def plans(self) -> dict[str, list[Feeds]]:
+        """Every user's plan: its materialized views, then the natives of the rest."""
+        out = {}
+        for u, fs in self.follows.items():
+            views = self.picked.get(u, [])
+            rest = fs.difference(*views)
+            out[u] = [*views, *(frozenset([f]) for f in sorted(rest))]
+        return out
 
     def cost(self, p: Problem) -> float:
         m = sum(p.maintenance(v) for v in self.views)
-        return m + sum(p.evaluation(u, len(plan)) for u, plan in self.plans.items())
+        return m + sum(p.evaluation(u, n) for u, n in self.sizes.items())
+
+    def pool(self, u: str, v: Feeds, key: tuple[int, list[str]]) -> list[Feeds]:
+        """The materialized views of ``u``'s plan and ``v`` (of :func:`_order` ``key``), in
+        :func:`_order`."""
+        keys, picked = self._sorted.get(u, ([], []))
+        at = bisect.bisect_left(keys, key)
+        return [*picked[:at], v, *picked[at:]]
+
+    def replan(self, u: str, v: Feeds, key: tuple[int, list[str]]) -> None:
+        """Give ``u`` the greedy cover by its plan's views and ``v``."""
+        views, covered = _greedy_cover(self.pool(u, v, key))
+        self.picked[u] = views
+        self.sizes[u] = len(views) + len(self.follows[u]) - len(covered)
+        ordered = sorted((_order(w), w) for w in views)
+        self._sorted[u] = ([k for k, _ in ordered], [w for _, w in ordered])
 
 
 def start(p: Problem) -> Selection:
     """No view materialized: every user reads its feeds' native views."""
-    return Selection([], {u: query_plan(fs, []) for u, fs in p.follows.items()})
+    return Selection(p.follows, sizes={u: len(fs) for u, fs in p.follows.items()})
 
 
-def benefit(p: Problem, s: Selection, c: Candidate) -> tuple[float, dict[str, list[Feeds]]]:
+def benefit(p: Problem, s: Selection, c: Candidate) -> tuple[float, dict[str, int]]:
     """Eq. 6: the evaluation cost the candidate saves its users, minus its maintenance; and
-    the users' new plans."""
-    saved, plans = 0.0, {}
+    the number of views in the new plan of each user it saves cost.
+
+    A user's new plan is the greedy cover of its follow set by the views of its current
+    plan and the candidate: Algorithm 2 (lines 15-16, Section IV.D) gives the users "whose
+    query evaluation cost can be reduced by putting v in its query plan" the new, cheaper
+    plan. Covering with the current plan's views rather than every materialized view the
+    user could read keeps a benefit linear in the plan's length; a view the plan dropped is
+    not taken back. A user whose plan reads one view gains nothing."""
+    saved, sizes = 0.0, {}
+    key = _order(c.feeds)
     for u in c.users:
-        plan = query_plan(p.follows[u], [*s.usable.get(u, ()), c.feeds])
-        gain = p.evaluation(u, len(s.plans[u])) - p.evaluation(u, len(plan))
+        old = s.sizes[u]
+        if old <= 1:
+            continue
+        new = _cover_len(p.follows[u], s.pool(u, c.feeds, key))
+        gain = p.evaluation(u, old) - p.evaluation(u, new)
         if gain > 0:
             saved += gain
-            plans[u] = plan
-    return saved - p.maintenance(c.feeds), plans
+            sizes[u] = new
+    return saved - p.maintenance(c.feeds), sizes
 
 
-def take(s: Selection, c: Candidate, plans: dict[str, list[Feeds]]) -> None:
-    """Materialize ``c``: its users may use it from now on; ``plans`` are the new plans."""
+def take(p: Problem, s: Selection, c: Candidate, gainers: Iterable[str]) -> None:
+    """Materialize ``c``; the ``gainers`` (the users :func:`benefit` found to gain) get
+    their new plans."""
     s.views.append(c.feeds)
-    for u in c.users:
-        s.usable.setdefault(u, []).append(c.feeds)
-    s.plans.update(plans)
+    key = _order(c.feeds)
+    for u in gainers:
+        s.replan(u, c.feeds, key)
 
 
 def greedy(p: Problem, candidates: list[Candidate]) -> Selection:
@@ -171,7 +249,7 @@ def greedy(p: Problem, candidates: list[Candidate]) -> Selection:
         gain, plans = benefit(p, s, c)
         if gain <= 0:  # stale after earlier choices: recompute and go on
             continue
-        take(s, c, plans)
+        take(p, s, c, plans)
         # only candidates sharing a user with the chosen view can change benefit
         touched = {f for u in c.users for f in of_user.get(u, ()) if f in live}
         for f in sorted(touched, key=sorted):
@@ -205,9 +283,16 @@ def bottom_up_order(candidates: list[Candidate]) -> list[Candidate]:
 
     children: dict[Feeds, list[Feeds]] = {}
     for v in views:
-        # transitive reduction: keep w < v only when no x with w < x < v
-        b = below(v)
-        children[v] = [w for w in b if not any(w < x for x in b if x != w)]
+        # transitive reduction: keep w < v only when no x with w < x < v, i.e. the maximal
+        # views below v. ``below`` lists larger views first, so a view is maximal when it is
+        # in none of the maximal views listed before it (any larger view it is in is, or is
+        # in, one of those).
+        tops: list[Feeds] = []
+        for w in below(v):
+            if not any(w < x for x in tops):
+                tops.append(w)
+        children[v] = tops
+
     order: list[Feeds] = []
     done: set[Feeds] = set()
     processed: set[Feeds] = set()
@@ -232,7 +317,7 @@ def hierarchy(p: Problem, candidates: list[Candidate]) -> Selection:
     for c in bottom_up_order(candidates):
         gain, plans = benefit(p, s, c)
         if gain > 0:
-            take(s, c, plans)
+            take(p, s, c, plans)
     return s
 
 
@@ -292,9 +377,10 @@ def plan_part(
                 edges.append((u, f, "push", u) if f in pushed else (u, f, "pull", f))
         return PartPlan(edges, [], cost, ff_cost, True)
     used: set[Feeds] = set()
-    for u in sorted(s.plans):
+    plans = s.plans
+    for u in sorted(plans):
         assigned: set[str] = set()
-        for v in s.plans[u]:
+        for v in plans[u]:
             if len(v) == 1:
                 (f,) = v
                 edges.append((u, f, "pull", f))
