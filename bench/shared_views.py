@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="landing and warehouse go under this folder")
     ap.add_argument("--strategies", default="cz-hierarchy2,cz-hierarchy1,cz-greedy")
     ap.add_argument("--part-users", type=int, default=2000)
+    ap.add_argument("--user-views", type=int, default=30)
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--shuffle-partitions", type=int, default=16)
     args = ap.parse_args()
@@ -53,6 +54,7 @@ def main() -> None:
         "consumers": profile.consumers,
         "producers": profile.producers,
         "part_users": args.part_users,
+        "user_views": args.user_views,
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "stages": {},
         "strategies": {},
@@ -67,6 +69,8 @@ def main() -> None:
             "landing": str(landing),
             "warehouse": str(warehouse),
             "view_part_users": args.part_users,
+            "view_user_views": args.user_views,
+
             "shuffle_partitions": args.shuffle_partitions,
             "spark_conf": {"spark.driver.memory": args.driver_memory},
         }

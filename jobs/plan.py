@@ -65,6 +65,7 @@ def assignments(edges: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
                 settings.push_cost,
                 settings.pull_cost,
                 settings.view_part_users,
+                settings.view_user_views,
             )
             view_rows.append(rows.withColumn("strategy", F.lit(name)))
             return feeding_frenzy.with_assignment(e, name, chosen)

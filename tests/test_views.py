@@ -175,7 +175,7 @@ def test_spark_candidates_and_their_users_match_algorithm_1(spark, seed):
         expected = {c.feeds: (c.users, c.query_freq) for c in views.candidate_views(p, full)}
         cands = shared.candidate_sets(e, H, L, full)
         users: dict[str, list[str]] = {}
-        for r in shared.view_users(cands, e).collect():
+        for r in shared.view_users(cands, e, 1000).collect():
             users.setdefault(r.view_id, []).append(r.consumer_id)
         got = {
             frozenset(r.feeds): (tuple(sorted(users.get(r.view_id, []))), r.query_freq)
@@ -185,6 +185,14 @@ def test_spark_candidates_and_their_users_match_algorithm_1(spark, seed):
         for feeds, (us, q) in expected.items():
             assert got[feeds][0] == us
             assert got[feeds][1] == pytest.approx(q)
+        # each user in at most two views: its two largest, ties by view id
+        capped: dict[str, list[str]] = {}
+        for r in shared.view_users(cands, e, 2).collect():
+            capped.setdefault(r.view_id, []).append(r.consumer_id)
+        ids = {r.view_id: frozenset(r.feeds) for r in cands.collect()}
+        got_capped = {ids[v]: tuple(sorted(us)) for v, us in capped.items()}
+        assert got_capped == {c.feeds: c.users for c in views.candidate_views(p, full, 2)}
+        assert max(sum(u in us for us in got_capped.values()) for u in p.follows) <= 2
 
 
 def test_components_join_users_through_shared_views(spark):
@@ -244,8 +252,8 @@ def realized_cost(p: views.Problem, res: views.PartPlan) -> float:
     return m + sum(p.evaluation(c, len(s)) for c, s in sources.items())
 
 
-@pytest.mark.parametrize("part_users", [1000, 3])
-def test_spark_selection_matches_the_sequential_plan(spark, part_users):
+@pytest.mark.parametrize("part_users,user_views", [(1000, 1000), (3, 1000), (1000, 2)])
+def test_spark_selection_matches_the_sequential_plan(spark, part_users, user_views):
     """select_views in Spark: with parts larger than the graph it makes the sequential
     core's plan exactly; with tiny parts the plan stays valid and no dearer than FF-PerPair."""
     from pyspark.sql import functions as F
@@ -260,7 +268,7 @@ def test_spark_selection_matches_the_sequential_plan(spark, part_users):
     for r in ff.where(F.col("mode") == "push").collect():
         ff_push[r.consumer_id] = ff_push[r.consumer_id] | {r.producer_id}
     for name, (full, _) in views.ALGORITHMS.items():
-        assigned, rows = shared.select_views(e, ff, name, H, L, part_users)
+        assigned, rows = shared.select_views(e, ff, name, H, L, part_users, user_views)
         got = sorted(tuple(r) for r in assigned.collect())
         members: dict[str, set[str]] = {}
         for r in rows.where(F.col("kind") == "m").collect():
@@ -270,16 +278,16 @@ def test_spark_selection_matches_the_sequential_plan(spark, part_users):
         )
         assert realized_cost(p, res) <= ff_per_pair_cost(p) + 1e-9
         if part_users == 1000:
-            edges, chosen = by_component(p, full, name, ff_push)
+            edges, chosen = by_component(p, full, name, ff_push, user_views)
             assert got == sorted(edges)
             assert {frozenset(v) for v in members.values()} == chosen
 
 
-def by_component(p: views.Problem, full: bool, name: str, ff_push):
+def by_component(p: views.Problem, full: bool, name: str, ff_push, user_views: int):
     """The expected plan, derived apart from Spark: users joined through shared candidate
     views (union-find) form components, each planned alone; consumers of one producer
     read it natively."""
-    cands = views.candidate_views(p, full)
+    cands = views.candidate_views(p, full, user_views)
     parent = {u: u for u in p.follows}
 
     def root(u: str) -> str:

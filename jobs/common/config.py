@@ -99,6 +99,9 @@ class Settings:
     view_part_users: int = 2000
     """Shared views: components of interacting users larger than this are split into parts of
     about this many users, planned independently (docs/shared-views.md)."""
+    view_user_views: int = 30
+    """Shared views: each user weighs at most this many candidate views, its largest (ties by
+    view id); bounds the planning work of users who follow thousands of producers."""
     mode_change_margin: float = 0.2
     """Hysteresis: a pushed edge turns pull below H/L/(1+m), a pulled one turns push at
     H/L*(1+m) or above (Feeding Frenzy 4.3: only update when the decision really changes)."""
@@ -176,6 +179,8 @@ class Settings:
             raise ConfigError("inactive_after_days must be >= 0 (0 disables the rule)")
         if self.view_part_users < 2:
             raise ConfigError("view_part_users must be at least 2")
+        if self.view_user_views < 1:
+            raise ConfigError("view_user_views must be at least 1")
 
     @property
     def threshold(self) -> float:

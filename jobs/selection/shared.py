@@ -68,8 +68,9 @@ def candidate_sets(edges: DataFrame, push_cost: float, pull_cost: float, full: b
     )
 
 
-def view_users(candidates: DataFrame, edges: DataFrame) -> DataFrame:
-    """``view_id, consumer_id``: every user whose follow set contains the view.
+def view_users(candidates: DataFrame, edges: DataFrame, per_user: int) -> DataFrame:
+    """``view_id, consumer_id``: every user whose follow set contains the view, each user in
+    at most ``per_user`` views (its largest, ties by view id).
 
     Each view meets only the followers of its least-followed producer (its access
     predicate: every user of the view follows that producer, and it has the fewest
@@ -103,7 +104,13 @@ def view_users(candidates: DataFrame, edges: DataFrame) -> DataFrame:
         .groupBy("view_id", "consumer_id")
         .agg(F.count("*").alias("n"), F.first("size").alias("size"))
     )
-    return matched.where(F.col("n") == F.col("size")).select("view_id", "consumer_id")
+    largest = Window.partitionBy("consumer_id").orderBy(F.desc("size"), "view_id")
+    return (
+        matched.where(F.col("n") == F.col("size"))
+        .withColumn("_k", F.row_number().over(largest))
+        .where(F.col("_k") <= per_user)
+        .select("view_id", "consumer_id")
+    )
 
 
 def components(memberships: DataFrame) -> DataFrame:
@@ -245,6 +252,7 @@ def select_views(
     push_cost: float,
     pull_cost: float,
     part_users: int,
+    user_views: int,
 ) -> tuple[DataFrame, DataFrame]:
     """A shared-view plan (``algorithm``: a key of ``jobs.selection.views.ALGORITHMS``).
 
@@ -284,7 +292,8 @@ def select_views(
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     cands = candidate_sets(act, push_cost, pull_cost, full).persist(StorageLevel.MEMORY_AND_DISK)
-    memberships = view_users(cands, act).localCheckpoint()
+    memberships = view_users(cands, act, user_views).localCheckpoint()
+
     where, groups = parts(per_user, memberships, part_users)
     user_rows = per_user.join(where, "consumer_id").select(
         F.lit("u").alias("kind"),

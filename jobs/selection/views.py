@@ -63,11 +63,13 @@ class Candidate:
     update_freq: float
 
 
-def candidate_views(p: Problem, full: bool = False) -> list[Candidate]:
+def candidate_views(p: Problem, full: bool = False, per_user: int | None = None) -> list[Candidate]:
     """Algorithm 1 (``full``: each user's whole follow set, Hierarchy-1's candidates).
 
     Sets of one feed are left out: a feed's native view already serves them. A candidate's
-    users are found among the followers of its least-followed feed."""
+    users are found among the followers of its least-followed feed. With ``per_user``, a
+    user is a user of at most that many candidates, its largest (ties by :func:`view_id`);
+    candidates left with no user are dropped."""
     followers: dict[str, set[str]] = {}
     for u, fs in p.follows.items():
         for f in fs:
@@ -88,6 +90,20 @@ def candidate_views(p: Problem, full: bool = False) -> list[Candidate]:
         rare = min(feeds, key=lambda f: (len(followers[f]), f))
         users = tuple(sorted(u for u in followers[rare] if feeds <= p.follows[u]))
         out.append(Candidate(feeds, users, q, sum(p.phi[f] for f in feeds)))
+    if per_user is not None:
+        of_user: dict[str, list[tuple[int, str, Feeds]]] = {}
+        for c in out:
+            for u in c.users:
+                of_user.setdefault(u, []).append((-len(c.feeds), view_id(c.feeds), c.feeds))
+        kept: dict[Feeds, list[str]] = {}
+        for u, cs in of_user.items():
+            for _, _, feeds in sorted(cs)[:per_user]:
+                kept.setdefault(feeds, []).append(u)
+        out = [
+            Candidate(c.feeds, tuple(sorted(kept[c.feeds])), c.query_freq, c.update_freq)
+            for c in out
+            if c.feeds in kept
+        ]
 
     return sorted(out, key=lambda c: (-len(c.feeds), sorted(c.feeds)))
 
