@@ -70,7 +70,6 @@ def main() -> None:
             "warehouse": str(warehouse),
             "view_part_users": args.part_users,
             "view_user_views": args.user_views,
-
             "shuffle_partitions": args.shuffle_partitions,
             "spark_conf": {"spark.driver.memory": args.driver_memory},
         }
