@@ -22,6 +22,7 @@ log = logging.getLogger("feedpipe")
 SETTING_FLAGS: dict[str, tuple[str, type, str]] = {
     "landing": ("--landing", str, "landing root (local path or s3://)"),
     "warehouse": ("--warehouse", str, "warehouse root (local path or s3://)"),
+    "publish_to": ("--publish-to", str, "also publish complete days to this s3://bucket/prefix"),
     "spark_master": ("--spark-master", str, "Spark master when not launched by spark-submit"),
     "push_cost": ("--push-cost", float, "H, cost of one event pushed into one view"),
     "pull_cost": ("--pull-cost", float, "L, cost of one source read at view time"),
@@ -165,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--ds", type=_date, help="day (default: the latest published day)")
     f.add_argument("--k", type=int, help="events per feed (default: the materialized k)")
     f.add_argument("--format", choices=("table", "json"), default="table")
+    f.add_argument(
+        "--published",
+        action="store_true",
+        help="read the copy published to publish_to (its latest day, or --ds) instead of the "
+        "warehouse",
+    )
 
     ev = sub.add_parser(
         "evaluate-rates", parents=[common], help="score rate forecasts on the next day"
@@ -243,8 +250,14 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.reader import FeedReader, feed_json, format_table
 
-    ds = _latest_or(args.ds, settings)
-    reader = FeedReader(settings.warehouse, ds)
+    if args.published:
+        if not settings.publish_to:
+            raise ConfigError("--published needs publish_to (--publish-to or FEEDPIPE_PUBLISH_TO)")
+        reader = FeedReader.published_copy(settings.publish_to, args.ds)
+    else:
+        reader = FeedReader(settings.warehouse, _latest_or(args.ds, settings))
+    ds = reader.ds
+
     if not reader.published:
         print(
             f"feedpipe: warning: {ds} is not published (validation or publish pending)",
@@ -316,6 +329,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
     from jobs.common.tables import ContractError
     from jobs.importers import SourceError
     from jobs.publish import PublishRefused
+    from jobs.publish_s3 import PublishFailed
     from jobs.reader import FeedError
     from jobs.validate import ValidationFailed
 
@@ -325,6 +339,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
         StorageError,
         SourceError,
         PublishRefused,
+        PublishFailed,
         FeedError,
         ValidationFailed,
         FileNotFoundError,

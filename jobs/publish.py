@@ -5,6 +5,11 @@ writes ``manifests/ds=D/manifest.json`` (settings, row counts in and out per tab
 quarantined counts, plan cost summary, data quality outcome), then ``manifests/ds=D/_SUCCESS``,
 then moves ``manifests/latest`` forward to D (never backward, so backfills of past days keep it
 on the newest complete day). Counts come from Parquet footers; no Spark job is needed.
+
+With ``publish_to`` set, the day is first copied to that S3 target with boto3 (or marked there
+when the warehouse is on S3) and the target's pointers are moved (:mod:`jobs.publish_s3`);
+only then is the warehouse marked, so a failed copy leaves the day unpublished everywhere and
+the task's retry starts over.
 """
 
 from __future__ import annotations
@@ -73,7 +78,9 @@ def is_published(wh: Storage, ds: dt.date) -> bool:
     return wh.exists(*manifest_path(ds, "_SUCCESS"))
 
 
-def run(settings: Settings, ds: dt.date) -> dict[str, Any]:
+def run(settings: Settings, ds: dt.date, s3: Any = None) -> dict[str, Any]:
+    """Mark ``ds`` complete (and publish it to ``settings.publish_to``; ``s3``: a boto3 client
+    to do that with instead of the one the environment configures)."""
     wh = Storage.at(settings.warehouse)
     quality = ("quality", ds_dir(ds), "results.json")
     if not wh.exists(*quality):
@@ -93,6 +100,7 @@ def run(settings: Settings, ds: dt.date) -> dict[str, Any]:
         tables[f"{layer}/{table}"] = {
             "rows": dataset(wh, *parts).count_rows(),
             "location": wh.uri(*parts),
+            "path": "/".join(parts),
         }
     q_parts = ("quarantine",)
     quarantine = {
@@ -115,13 +123,23 @@ def run(settings: Settings, ds: dt.date) -> dict[str, Any]:
         "stages": records,
         "quality": {"success": True, "suites": len(results.get("suites", {}))},
     }
+    if settings.publish_to:
+        from jobs.publish_s3 import publish_day
+
+        tables_parts = [contract(layer, table).parts(ds) for layer, table in OUTPUTS]
+        manifest["published"] = publish_day(
+            wh, ds, manifest, tables_parts, settings.publish_to, settings.publish_part_mb, s3=s3
+        )
     wh.write_text(json.dumps(manifest, indent=2, default=str), *manifest_path(ds, "manifest.json"))
     wh.write_text(ds.isoformat(), *manifest_path(ds, "_SUCCESS"))
     current = latest(wh)
     if current is None or ds >= current:
         wh.write_text(ds.isoformat(), "manifests", "latest")
     log.info("published %s", ds)
-    return {
+    out = {
         "manifest": wh.uri(*manifest_path(ds, "manifest.json")),
         "latest": max(ds, current or ds).isoformat(),
     }
+    if "published" in manifest:
+        out["published"] = manifest["published"]
+    return out

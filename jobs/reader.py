@@ -107,6 +107,15 @@ class FeedReader:
         self.recent_since = recent_since(ds, float(state.get("diversity_hours", 24.0)))
         self.published = self.wh.exists("manifests", part, "_SUCCESS")
 
+    @classmethod
+    def published_copy(cls, target: str, ds: dt.date | None = None, s3: Any = None) -> FeedReader:
+        """A reader of day ``ds`` (default: the latest) as published to ``target`` (an
+        ``s3://bucket/prefix`` publish target): the snapshot its pointer names."""
+        from jobs.publish_s3 import resolve
+
+        root, day = resolve(target, ds, s3)
+        return cls(root, day)
+
     def _scan(
         self, layer: str, table: str, column: str, ids: Sequence[str], columns: list[str]
     ) -> pa.Table:

@@ -51,3 +51,50 @@ def make_settings(tmp_path: Path):
         return Settings(**values)
 
     return make
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[dict[str, str]]:
+    """A real S3-compatible HTTP server (moto's, in its own process) on 127.0.0.1, accepting
+    multipart parts from 1 KiB (AWS: 5 MiB) so small test files can go up in several parts.
+    Yields the environment that points boto3, pyarrow and S3A at it."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    port = free_port()
+    env = {**os.environ, "S3_UPLOAD_PART_MIN_SIZE": "1024"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the S3 server on port {port} did not start") from None
+            time.sleep(0.2)
+    yield {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "FEEDPIPE_S3_ENDPOINT": endpoint,
+    }
+    proc.terminate()
+    proc.wait(timeout=30)

@@ -384,3 +384,117 @@ def test_feed_command_line_json_shapes(workload, built_copy, tmp_path):
     assert all(
         [i["event_id"] for i in line["feed"]] == expected[line["consumer_id"]][:3] for line in lines
     )
+
+
+def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
+    spark, workload, built_copy, s3_server, monkeypatch
+):
+    """``publish_to``: a day is copied to a real S3 server (multipart above the part size), its
+    pointers move after the data; a publish failing half-way leaves readers on the previous
+    complete day and the retry cleans up; re-publishing a past day keeps ``latest``."""
+    import threading
+
+    import boto3
+
+    from jobs import publish
+    from jobs.publish_s3 import PublishFailed, listing, resolve
+
+    for key, value in s3_server.items():
+        monkeypatch.setenv(key, value)
+    part = 16 * 1024
+    s = dataclasses.replace(
+        built_copy, publish_to="s3://pub/feedpipe", publish_part_mb=part / 1024 / 1024
+    )
+    s3 = boto3.client("s3", endpoint_url=s3_server["FEEDPIPE_S3_ENDPOINT"])
+    s3.create_bucket(Bucket="pub")
+    d1, d2 = START + dt.timedelta(days=2), START + dt.timedelta(days=3)
+    for ds in (d1, d2):
+        stages.run_stage("validate", s, ds, spark)
+
+    def objects(prefix: str) -> dict[str, int]:
+        return listing(s3, "pub", prefix)
+
+    def snapshots(ds: dt.date) -> set[str]:
+        prefix = f"feedpipe/snapshots/ds={ds}/"
+        return {k[len(prefix) :].split("/", 1)[0] for k in objects(prefix)}
+
+    def published_feeds(ds: dt.date | None) -> dict[str, list[str]]:
+        reader = FeedReader.published_copy(s.publish_to, ds, s3=s3)
+        got = reader.feeds(consumers, K)
+        return {c: [it.event_id for it in f] for c, f in got.items()}
+
+    expected = {d: naive.feeds(workload, d, START, K) for d in (d1, d2)}
+    consumers = sorted(expected[d1].keys() | expected[d2].keys())
+    for d in (d1, d2):
+        expected[d] = {c: expected[d].get(c, []) for c in consumers}
+
+    # day 1: every warehouse file of the day's tables is in the snapshot, byte for byte
+    out = publish.run(s, d1)
+    root, day = resolve(s.publish_to, None, s3)
+    assert day == d1 and root == out["published"]["root"]
+    snap_key = root[len("s3://pub/") :]
+    wh = Path(s.warehouse)
+    local = {
+        str(p.relative_to(wh)): p
+        for layer, table in publish.OUTPUTS
+        for p in (wh / layer / table / f"ds={d1}").rglob("*.parquet")
+    }
+    assert local and any(p.stat().st_size > 2 * part for p in local.values())
+    for rel, path in local.items():
+        head = s3.head_object(Bucket="pub", Key=f"{snap_key}/{rel}")
+        body = s3.get_object(Bucket="pub", Key=f"{snap_key}/{rel}")["Body"].read()
+        assert body == path.read_bytes(), rel
+        size = path.stat().st_size
+        if size > part:  # a multipart upload: the ETag names the number of parts
+            assert head["ETag"].strip('"').endswith(f"-{-(-size // part)}"), rel
+    manifest = json.loads(
+        s3.get_object(Bucket="pub", Key=f"{snap_key}/manifests/ds={d1}/manifest.json")[
+            "Body"
+        ].read()
+    )
+    assert manifest["tables"]["feeds/consumer_feed"]["location"] == (
+        f"{root}/feeds/consumer_feed/ds={d1}"
+    )
+    assert published_feeds(None) == expected[d1]
+
+    # day 2, failing after a few uploads: nothing moves, no multipart upload is left open
+    faulty = boto3.client("s3", endpoint_url=s3_server["FEEDPIPE_S3_ENDPOINT"])
+    calls, lock = [0], threading.Lock()
+
+    def fail_after_five(**_):
+        with lock:
+            calls[0] += 1
+            if calls[0] > 5:
+                raise ConnectionError("injected: connection reset mid-publish")
+
+    for op in ("PutObject", "UploadPart"):
+        faulty.meta.events.register(f"before-call.s3.{op}", fail_after_five)
+    with pytest.raises(PublishFailed, match="injected"):
+        publish.run(s, d2, s3=faulty)
+    assert resolve(s.publish_to, None, s3) == (root, d1)
+    with pytest.raises(PublishFailed, match=str(d2)):
+        resolve(s.publish_to, d2, s3)
+    assert not (wh / "manifests" / f"ds={d2}" / "_SUCCESS").exists()
+    assert s3.list_multipart_uploads(Bucket="pub").get("Uploads", []) == []
+    assert len(snapshots(d2)) == 1  # the failed attempt's files, which nothing points at
+    assert published_feeds(None) == expected[d1]
+
+    # the retry publishes day 2 and removes the failed attempt
+    out2 = publish.run(s, d2)
+    root2, day = resolve(s.publish_to, None, s3)
+    assert day == d2 and root2 == out2["published"]["root"] != root
+    assert snapshots(d2) == {root2.rsplit("/", 1)[1]}
+    assert out2["published"]["removed"] > 0
+    assert (wh / "manifests" / f"ds={d2}" / "_SUCCESS").exists()
+    assert published_feeds(None) == expected[d2]
+
+    # re-publishing day 1 (a backfill): latest stays on day 2; the day keeps the snapshot
+    # readers were sent to until now, and the one before that goes
+    publish.run(s, d1)
+    root1b, _ = resolve(s.publish_to, d1, s3)
+    assert resolve(s.publish_to, None, s3) == (root2, d2)
+    assert snapshots(d1) == {root.rsplit("/", 1)[1], root1b.rsplit("/", 1)[1]}
+    publish.run(s, d1)
+    root1c, _ = resolve(s.publish_to, d1, s3)
+    assert snapshots(d1) == {root1b.rsplit("/", 1)[1], root1c.rsplit("/", 1)[1]}
+    assert published_feeds(d1) == expected[d1]

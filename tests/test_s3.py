@@ -4,6 +4,7 @@ Spark reading and writing through S3A, the reader and publish through pyarrow's 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import socket
 import subprocess
@@ -66,6 +67,7 @@ def test_a_backfill_on_s3_serves_the_naive_feeds(s3_env, tmp_path):
     )  # same seed: same files
     end = START + dt.timedelta(days=DAYS - 1)
     env = {**os.environ, **s3_env, "FEEDPIPE_FEED_K": str(K), "FEEDPIPE_STRATEGY": "ff-per-pair"}
+    env["FEEDPIPE_PUBLISH_TO"] = "s3://feedpipe/published"  # the warehouse is on S3: marked
     cmd = [sys.executable, "-m", "jobs", "backfill", "--start", str(START), "--end", str(end), "-q"]
     cmd += ["--landing", "s3://feedpipe/landing", "--warehouse", "s3://feedpipe/warehouse"]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
@@ -88,3 +90,14 @@ def test_a_backfill_on_s3_serves_the_naive_feeds(s3_env, tmp_path):
     got = FeedReader("s3://feedpipe/warehouse", end).feeds(sorted(expected), K)
     mismatched = [c for c in expected if [i.event_id for i in got[c]] != expected[c]]
     assert not mismatched, f"{len(mismatched)} of {len(expected)} feeds differ"
+
+    # publish_to with the warehouse on S3: nothing copied, the pointers name the warehouse
+    assert not [k for k in keys if k.startswith("published/snapshots/")]
+    for ds in (START, end):
+        day = json.loads(
+            s3.get_object(Bucket="feedpipe", Key=f"published/days/ds={ds}.json")["Body"].read()
+        )
+        assert (day["ds"], day["root"]) == (str(ds), "s3://feedpipe/warehouse")
+    latest = json.loads(s3.get_object(Bucket="feedpipe", Key="published/latest")["Body"].read())
+    assert latest["ds"] == str(end)
+    assert FeedReader.published_copy("s3://feedpipe/published", None, s3=s3).ds == end

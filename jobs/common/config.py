@@ -113,6 +113,13 @@ class Settings:
     """Events whose created_at is older than this many days before ds are quarantined."""
     max_quarantine_share: float = 0.10
     """A table whose quarantined share (duplicates excluded) exceeds this fails ingest."""
+    publish_to: str = ""
+    """``s3://bucket/prefix``: ``publish`` also copies the complete day there with boto3 (or, when
+    the warehouse is on S3, marks it) and moves the target's ``latest`` pointer
+    (jobs/publish_s3.py). Empty: the day is marked in the warehouse only."""
+    publish_part_mb: float = 64.0
+    """Files larger than this go to ``publish_to`` as multipart uploads of parts this large (AWS
+    S3 wants at least 5 MiB)."""
     shuffle_partitions: int = 8
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
@@ -181,6 +188,12 @@ class Settings:
             raise ConfigError("view_part_users must be at least 2")
         if self.view_user_views < 1:
             raise ConfigError("view_user_views must be at least 1")
+        if self.publish_to and not self.publish_to.startswith(("s3://", "s3a://")):
+            raise ConfigError(
+                f"publish_to must be an s3://bucket/prefix URI, got {self.publish_to!r}"
+            )
+        if self.publish_part_mb <= 0:
+            raise ConfigError("publish_part_mb must be positive")
 
     @property
     def threshold(self) -> float:

@@ -1,0 +1,265 @@
+"""Publishing a complete day to an S3 bucket with boto3 (setting ``publish_to``).
+
+``publish`` calls :func:`publish_day` after the day has passed validation and before it marks
+the warehouse. Under ``publish_to = "s3://BUCKET/PREFIX"``:
+
+* ``snapshots/ds=D/<snapshot>/`` holds a copy of the day: every table partition of
+  ``publish.OUTPUTS`` at its warehouse path (``feeds/consumer_feed/ds=D/part-*.parquet``, ...),
+  the stage records and the validation results. A snapshot is a warehouse-shaped root, so
+  ``FeedReader``, DuckDB or Spark read it as they read the warehouse. Files larger than
+  ``publish_part_mb`` go up as multipart uploads (aborted on failure, so no parts are left
+  behind); a listing of the snapshot must then match every key and size before anything
+  points at it.
+* ``snapshots/ds=D/<snapshot>/manifests/ds=D/manifest.json``, then ``_SUCCESS``, are written
+  after the data; the manifest's table locations point into the snapshot.
+* ``days/ds=D.json`` (the day's pointer), then ``latest`` (the newest day's pointer, moved
+  forward only, so a backfill of past days leaves it alone) are written last. Each pointer is
+  one PUT, which S3 applies atomically: a reader sees the old or the new pointer, never a
+  mixture. A publish that fails half-way leaves both pointers on the previous complete
+  snapshot; the retry writes a new snapshot and removes the failed one.
+
+When the warehouse is itself on S3, nothing is copied: the pointers *mark* the warehouse
+root as the day's location (it is rewritten in place when the day is rerun; see
+docs/storage.md).
+
+Superseded snapshots of a day are removed when the day is published again, except the one
+the day's pointer named until then (a reader may still be reading it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from jobs.common.storage import Storage, ds_dir
+
+POINTER_VERSION = 1
+
+
+class PublishFailed(RuntimeError):
+    """Copying the day to the publish target did not complete; the pointers did not move."""
+
+
+@dataclass(frozen=True)
+class Target:
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, uri: str) -> Target:
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("s3", "s3a") or not parsed.netloc:
+            raise PublishFailed(f"publish_to must be an s3://bucket/prefix URI, got {uri!r}")
+        return cls(parsed.netloc, parsed.path.strip("/"))
+
+    def key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
+
+    def uri(self, *parts: str) -> str:
+        return f"s3://{self.bucket}/{self.key(*parts)}"
+
+
+def client() -> Any:
+    """A boto3 S3 client for ``FEEDPIPE_S3_ENDPOINT`` (or ``AWS_ENDPOINT_URL``; AWS if unset)."""
+    import boto3
+
+    endpoint = os.environ.get("FEEDPIPE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return boto3.client("s3", endpoint_url=endpoint or None, region_name=region or None)
+
+
+def _missing(exc: Exception) -> bool:
+    code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+    return code in ("NoSuchKey", "404", "NotFound")
+
+
+def read_pointer(s3: Any, target: Target, name: str) -> dict[str, Any] | None:
+    """``latest`` or ``days/ds=D.json`` under the target, or None when it does not exist."""
+    try:
+        body = s3.get_object(Bucket=target.bucket, Key=target.key(name))["Body"].read()
+    except Exception as exc:
+        if _missing(exc):
+            return None
+        raise
+    return dict(json.loads(body))
+
+
+def day_pointer_name(ds: dt.date) -> str:
+    return f"days/{ds_dir(ds)}.json"
+
+
+def resolve(target_uri: str, ds: dt.date | None = None, s3: Any = None) -> tuple[str, dt.date]:
+    """The root a reader should read day ``ds`` (default: the latest day) from, and the day."""
+    target = Target.parse(target_uri)
+    s3 = s3 or client()
+    name = "latest" if ds is None else day_pointer_name(ds)
+    pointer = read_pointer(s3, target, name)
+    if pointer is None:
+        what = "no day" if ds is None else str(ds)
+        raise PublishFailed(f"{what} has been published to {target.uri()}")
+    return str(pointer["root"]), dt.date.fromisoformat(str(pointer["ds"]))
+
+
+def _put_json(s3: Any, target: Target, key_parts: Iterable[str], doc: Any) -> None:
+    body = json.dumps(doc, indent=2, default=str).encode()
+    s3.put_object(
+        Bucket=target.bucket, Key=target.key(*key_parts), Body=body, ContentType="application/json"
+    )
+
+
+def upload(s3: Any, fs: Any, path: str, bucket: str, key: str, part_bytes: int) -> int:
+    """Upload one file; multipart above ``part_bytes`` (aborted if any part fails)."""
+    size = fs.get_file_info(path).size
+    with fs.open_input_file(path) as f:
+        if size <= part_bytes:
+            s3.put_object(Bucket=bucket, Key=key, Body=f.read())
+            return int(size)
+        upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        try:
+            parts = []
+            number = 1
+            while chunk := f.read(part_bytes):
+                etag = s3.upload_part(
+                    Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
+                )["ETag"]
+                parts.append({"ETag": etag, "PartNumber": number})
+                number += 1
+            s3.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+        except BaseException:
+            s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+            raise
+    return int(size)
+
+
+def listing(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
+    """Every key below ``prefix`` with its size."""
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            out[obj["Key"]] = int(obj["Size"])
+    return out
+
+
+def _delete(s3: Any, bucket: str, keys: list[str]) -> None:
+    for i in range(0, len(keys), 1000):
+        batch = [{"Key": k} for k in keys[i : i + 1000]]
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+
+
+def snapshot_files(wh: Storage, ds: dt.date, tables: Iterable[tuple[str, ...]]) -> list[str]:
+    """Warehouse-relative paths of what a snapshot of day ``ds`` holds."""
+    rel: list[str] = []
+    for parts in tables:
+        rel += [p[len(wh.path()) :].strip("/") for p in wh.list_files(*parts)]
+    for extra in (("manifests", ds_dir(ds), "stages"), ("quality", ds_dir(ds))):
+        if wh.is_dir(*extra):
+            rel += [
+                p[len(wh.path()) :].strip("/") for p in wh.list_files(*extra) if p.endswith(".json")
+            ]
+    return rel
+
+
+def publish_day(
+    wh: Storage,
+    ds: dt.date,
+    manifest: dict[str, Any],
+    tables: Iterable[tuple[str, ...]],
+    target_uri: str,
+    part_mb: float,
+    s3: Any = None,
+    workers: int = 8,
+) -> dict[str, Any]:
+    """Copy (or mark) day ``ds`` under ``target_uri`` and move its pointers; see the module."""
+    target = Target.parse(target_uri)
+    s3 = s3 or client()
+    previous = read_pointer(s3, target, day_pointer_name(ds))
+    snapshot = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+    day_prefix = target.key("snapshots", ds_dir(ds))
+    stats: dict[str, Any] = {"target": target.uri(), "files": 0, "bytes": 0}
+    if wh.is_local:
+        root_key = f"{day_prefix}/{snapshot}"
+        files = snapshot_files(wh, ds, tables)
+        part_bytes = max(1, int(part_mb * 1024 * 1024))
+        expected: dict[str, int] = {}
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {
+                pool.submit(
+                    upload, s3, wh.fs, wh.path(rel), target.bucket, f"{root_key}/{rel}", part_bytes
+                ): rel
+                for rel in files
+            }
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in pending:
+                f.cancel()
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                ok = sum(1 for f in done if f.exception() is None)
+                raise PublishFailed(
+                    f"publishing {ds} to {target.uri()} failed after {ok} of {len(files)} "
+                    f"files ({futures[failed[0]]}: {failed[0].exception()}); "
+                    "the published pointers still name the previous snapshot"
+                ) from failed[0].exception()
+            for f, rel in futures.items():
+                expected[f"{root_key}/{rel}"] = f.result()
+        found = listing(s3, target.bucket, root_key + "/")
+        if found != expected:
+            bad = sorted(
+                k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k)
+            )
+            raise PublishFailed(
+                f"the listing of {target.uri(root_key[len(target.prefix) :])} does not match "
+                f"what was uploaded ({len(bad)} keys differ, e.g. {bad[:3]})"
+            )
+        root = f"s3://{target.bucket}/{root_key}"
+        stats.update(files=len(expected), bytes=sum(expected.values()))
+        published = dict(manifest)
+        published["tables"] = {
+            name: {**entry, "location": f"{root}/{entry['path']}"}
+            for name, entry in manifest["tables"].items()
+        }
+        manifest_key = f"{root_key}/manifests/{ds_dir(ds)}/manifest.json"
+        s3.put_object(
+            Bucket=target.bucket,
+            Key=manifest_key,
+            Body=json.dumps(published, indent=2, default=str).encode(),
+            ContentType="application/json",
+        )
+        s3.put_object(
+            Bucket=target.bucket,
+            Key=f"{root_key}/manifests/{ds_dir(ds)}/_SUCCESS",
+            Body=ds.isoformat().encode(),
+        )
+    else:  # the warehouse is on S3: mark it, copy nothing
+        root = wh.uri()
+        manifest_key = None
+    pointer = {
+        "version": POINTER_VERSION,
+        "ds": ds.isoformat(),
+        "root": root,
+        "manifest": f"s3://{target.bucket}/{manifest_key}" if manifest_key else None,
+        "snapshot": snapshot if manifest_key else None,
+        "published_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+    _put_json(s3, target, [day_pointer_name(ds)], pointer)
+    current = read_pointer(s3, target, "latest")
+    if current is None or ds >= dt.date.fromisoformat(str(current["ds"])):
+        _put_json(s3, target, ["latest"], pointer)
+    # superseded and failed snapshots of the day, but not the one readers were sent to before
+    keep = {snapshot, (previous or {}).get("snapshot")}
+    stale = [
+        k
+        for k in listing(s3, target.bucket, day_prefix + "/")
+        if k[len(day_prefix) + 1 :].split("/", 1)[0] not in keep
+    ]
+    _delete(s3, target.bucket, stale)
+    stats.update(root=root, removed=len(stale), snapshot=pointer["snapshot"])
+    return stats
