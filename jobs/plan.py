@@ -29,16 +29,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def assignments(edges: DataFrame, settings: Settings) -> tuple[DataFrame, DataFrame]:
+def assignments(
+    edges: DataFrame, settings: Settings, timings: dict[str, dict[str, float]] | None = None
+) -> tuple[DataFrame, DataFrame]:
     """Every computed strategy's edge assignment, stacked (column ``strategy``), and the
     shared views' part rows (``strategy`` plus ``jobs.selection.shared.PART_ROWS``).
 
     Inactive consumers' edges are pulls under every strategy (``latency.pull_inactive``);
     the latency-constrained strategies start from the FF-PerPair plan after that rule, and
-    the shared-view strategies fall back to it part by part where they would cost more."""
+    the shared-view strategies fall back to it part by part where they would cost more.
+    ``timings`` receives each shared-view strategy's step times (``shared.select_views``)."""
     from pyspark.sql import functions as F
 
     view_rows: list[DataFrame] = []
+    timings = {} if timings is None else timings
 
     def min_cost(e: DataFrame) -> DataFrame:
         plan = feeding_frenzy.ff_per_pair(e, settings.threshold, settings.mode_change_margin)
@@ -66,6 +70,7 @@ def assignments(edges: DataFrame, settings: Settings) -> tuple[DataFrame, DataFr
                 settings.pull_cost,
                 settings.view_part_users,
                 settings.view_user_views,
+                timings.setdefault(name, {}),
             )
             view_rows.append(rows.withColumn("strategy", F.lit(name)))
             return feeding_frenzy.with_assignment(e, name, chosen)
@@ -120,7 +125,9 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     edges = feeding_frenzy.edge_inputs(follows, pr, cr, current).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    stacked, part_rows = assignments(edges, settings)
+    timings: dict[str, dict[str, float]] = {}
+    stacked, part_rows = assignments(edges, settings, timings)
+
     stacked = stacked.persist(StorageLevel.MEMORY_AND_DISK)
     phi = pr.select("producer_id", F.col("events_per_hour").alias("phi"))
     shared_members = (
@@ -197,6 +204,9 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         parts[r["strategy"]]["parts"] += r["n"]
         if r["mode"] == "fallback":
             parts[r["strategy"]]["fallback_parts"] += r["n"]
+    for name, seconds in timings.items():
+        parts.setdefault(name, {})["seconds"] = seconds  # type: ignore[assignment]
+
     shared_members.unpersist()
     stacked.unpersist()
     edges.unpersist()
