@@ -13,8 +13,10 @@ Tasks pass nothing but the date: stages read and write tables under the warehous
 
 Manual runs take two typed params: `strategy` (serve this strategy instead of the
 configured one) and `full_refresh` (rebuild the feeds from all clean events).
-Backfills: `airflow backfill create --dag-id feeds_daily --from-date ... --to-date ...`
-(see docs/operations.md).
+Every task depends on the same task of the previous run (`depends_on_past`), so days run in
+order. Backfills: `airflow backfill create --dag-id feeds_daily --from-date ... --to-date ...
+--reprocess-behavior failed` (see docs/operations.md).
+
 """
 
 from __future__ import annotations
@@ -48,13 +50,33 @@ def _entry_point() -> str:
 
 
 def _stage_env() -> dict[str, str]:
+    """The environment of each spark-submit: this worker's Python for the driver and its
+    Python workers, and the run's strategy param. ``SPARK_LOCAL_IP`` passes through only when
+    the worker sets it (the embedded default sets 127.0.0.1; on a cluster the driver must
+    bind an address the executors can reach)."""
     python_bin = os.path.dirname(sys.executable)
-    return {
+    env = {
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
         "FEEDPIPE_STRATEGY": "{{ params.strategy or '' }}",
     }
+    if os.environ.get("SPARK_LOCAL_IP"):
+        env["SPARK_LOCAL_IP"] = os.environ["SPARK_LOCAL_IP"]
+    return env
+
+
+def _s3a_jars() -> str | None:
+    """S3A jars for spark-submit when a storage root is on S3 (``FEEDPIPE_LANDING``,
+    ``FEEDPIPE_WAREHOUSE``; the variables, not a TOML file: the
+    DAG reads no files when it is parsed). They must be on the driver's class path when its
+    JVM starts, which is before the stage builds its session; the S3A settings themselves
+    are applied by the stage (jobs/s3a.py)."""
+    roots = [os.environ.get(f"FEEDPIPE_{name}", "") for name in ("LANDING", "WAREHOUSE")]
+    if not any(r.startswith(("s3://", "s3a://")) for r in roots):
+        return None
+    from jobs.s3a import jar_paths
+
+    return ",".join(jar_paths()) or None
 
 
 with DAG(
@@ -77,6 +99,10 @@ with DAG(
         ),
     },
     default_args={
+        # a day's rates read the previous days' clean events and its feeds build on the
+        # previous day's: each task waits for the same task of the previous run, so a backfill
+        # (whose own max_active_runs defaults to 10) still runs the days in order
+        "depends_on_past": True,
         "retries": 2,
         "retry_delay": pendulum.duration(minutes=2),
         "execution_timeout": pendulum.duration(hours=3),
@@ -94,6 +120,7 @@ with DAG(
             application_args=args,
             name=f"feedpipe-{stage}-{{{{ ds }}}}",
             driver_memory=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
+            jars=_s3a_jars(),
             env_vars=_stage_env(),
             retries=0 if stage == "validate" else 2,  # a failed expectation is not transient
         )

@@ -62,6 +62,9 @@ def s3a_conf(endpoint: str | None = None) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             endpoint.startswith("https")
         ).lower()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
     if os.environ.get("AWS_ACCESS_KEY_ID"):
         conf["spark.hadoop.fs.s3a.access.key"] = os.environ["AWS_ACCESS_KEY_ID"]
         conf["spark.hadoop.fs.s3a.secret.key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
