@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
@@ -67,3 +68,163 @@ def dags_test(
 ) -> subprocess.CompletedProcess[str]:
     """One DAG run for ``ds`` through ``airflow dags test`` (tasks run in this process tree)."""
     return airflow(env, "dags", "test", dag_id, ds.isoformat(), check=False)
+
+
+class LocalAirflow:
+    """Airflow's api-server, scheduler and dag-processor on 127.0.0.1 (LocalExecutor on the
+    metadata database of ``env``), each in its own process group, for backfills through the
+    REST API and for the plugin page. ``with LocalAirflow(env) as af: af.api("GET", ...)``.
+
+    The simple auth manager's ``admin`` gets ``password``; API calls carry a JWT from
+    ``POST /auth/token``."""
+
+    def __init__(self, env: dict[str, str], password: str = "feedpipe-admin") -> None:
+        import secrets
+
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.password = password
+        home = Path(env["AIRFLOW_HOME"])
+        self.logs = home / "logs" / "services"
+        self.env = {
+            **env,
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._token: str | None = None
+
+    def __enter__(self) -> LocalAirflow:
+        import json
+        import time
+
+        home = Path(self.env["AIRFLOW_HOME"])
+        (home / "passwords.json").write_text(json.dumps({"admin": self.password}))
+        self.logs.mkdir(parents=True, exist_ok=True)
+        exe = str(Path(sys.executable).parent / "airflow")
+        services = {
+            "api-server": [
+                *(exe, "api-server", "--host", "127.0.0.1", "--port", str(self.port)),
+                *("--workers", "1"),
+            ],
+            "scheduler": [exe, "scheduler"],
+            "dag-processor": [exe, "dag-processor"],
+        }
+        try:
+            for name, cmd in services.items():
+                with open(self.logs / f"{name}.log", "wb") as out:
+                    self.procs.append(
+                        subprocess.Popen(
+                            cmd,
+                            env=self.env,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,
+                        )
+                    )
+            deadline = time.monotonic() + 180
+            while not self._healthy():
+                if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                    raise RuntimeError(f"Airflow did not become healthy:\n{self.log_tail()}")
+                time.sleep(1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _healthy(self) -> bool:
+        try:
+            status, health = self.request("GET", "/api/v2/monitor/health", auth=False)
+        except OSError:
+            return False
+        parts = ("metadatabase", "scheduler", "dag_processor")
+        return status == 200 and all(
+            (health.get(p) or {}).get("status") == "healthy" for p in parts
+        )
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}"
+            for p in sorted(self.logs.glob("*.log"))
+        )
+
+    def request(
+        self, method: str, path: str, body: object = None, auth: bool = True
+    ) -> tuple[int, Any]:
+        """One HTTP call; returns (status, decoded JSON or text). Raises OSError if down."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        text = raw.decode(errors="replace")
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            return status, text
+
+    def token(self) -> str:
+        if self._token is None:
+            status, body = self.request(
+                "POST",
+                "/auth/token",
+                {"username": "admin", "password": self.password},
+                auth=False,
+            )
+            if status not in (200, 201):
+                raise RuntimeError(f"POST /auth/token: {status} {body}")
+            self._token = str(body["access_token"])
+        return self._token
+
+    def api(self, method: str, path: str, body: object = None) -> Any:
+        """An authenticated REST call that must succeed (2xx)."""
+        status, out = self.request(method, path, body)
+        if not 200 <= status < 300:
+            raise RuntimeError(f"{method} {path}: {status} {out}")
+        return out
+
+    def stop(self) -> None:
+        import signal
+
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)
+        self.procs = []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

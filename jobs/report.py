@@ -69,3 +69,100 @@ def text_report(settings: Settings, ds: dt.date) -> str:
                 f" + {c['duplicates']} duplicates + {c['quarantined']} quarantined"
             )
     return "\n".join(out)
+
+
+def report_days(wh: Storage) -> list[dt.date]:
+    """Days with a plan, newest first."""
+    return sorted(wh.list_partitions("plan", "plan_cost"), reverse=True)
+
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+    "table{border-collapse:collapse;margin:.5em 0 1.5em}"
+    "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
+    "th{background:#f3f3f3}td.l,th.l{text-align:left}tr.served{font-weight:bold}"
+    ".bar{display:inline-block;height:.8em;background:#4a7fb5}"
+    ".bar.pull{background:#e39b3a}.ok{color:#2a7d2a}.bad{color:#b22}"
+)
+
+
+def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -> str:
+    """One day as an HTML page: plan cost by strategy, the push/pull split, input accounting
+    and the data-quality outcome. ``links`` maps labels to URLs shown at the top."""
+    from html import escape
+
+    if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
+        raise FileNotFoundError(f"no plan for {ds} in {wh.uri()}")
+    rows = plan_cost_rows(wh, ds)
+    pure = min(
+        (r["total_cost"] for r in rows if r["strategy"] in ("push-all", "pull-all")), default=None
+    )
+    published = is_published(wh, ds)
+    nav = " · ".join(f'<a href="{escape(u)}">{escape(t)}</a>' for t, u in (links or {}).items())
+    out = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>feedpipe {ds}</title><style>{_STYLE}</style></head><body>",
+        f"<p>{nav}</p>" if nav else "",
+        f"<h1>feedpipe, {ds}</h1>",
+        f"<p id='status' class='{'ok' if published else 'bad'}'>"
+        f"{'published' if published else 'not published'}</p>",
+        "<h2>Plan cost by strategy</h2>",
+        "<p>Modeled cost per hour: H per event pushed into a view, L per source read at view "
+        "time (docs/cost-model.md).</p>",
+        "<table id='plan-cost'><tr><th class='l'>strategy</th><th>total</th><th>maintenance"
+        "</th><th>evaluation</th><th>vs best pure</th><th>push edges</th><th>pull edges</th>"
+        "<th class='l'>push / pull</th><th>views</th><th>sources p95</th></tr>",
+    ]
+    for r in rows:
+        rel = f"{100 * (r['total_cost'] / pure - 1):+.1f}%" if pure else "n/a"
+        edges = (r["push_edges"] or 0) + (r["pull_edges"] or 0)
+        push_w = round(120 * (r["push_edges"] or 0) / edges) if edges else 0
+        bars = (
+            f"<span class='bar' style='width:{push_w}px'></span>"
+            f"<span class='bar pull' style='width:{120 - push_w if edges else 0}px'></span>"
+        )
+        p95 = r.get("sources_p95")
+        served = "served" if r["chosen"] else ""
+        out.append(
+            f"<tr class='{served}' data-strategy='{escape(r['strategy'])}'>"
+            f"<td class='l'>{escape(r['strategy'])}{' (served)' if r['chosen'] else ''}</td>"
+            f"<td>{r['total_cost']:.1f}</td><td>{r['maintenance_cost']:.1f}</td>"
+            f"<td>{r['evaluation_cost']:.1f}</td><td>{rel}</td>"
+            f"<td>{r['push_edges']}</td><td>{r['pull_edges']}</td><td class='l'>{bars}</td>"
+            f"<td>{r['views']}</td><td>{'' if p95 is None else f'{p95:g}'}</td></tr>"
+        )
+    out.append("</table>")
+
+    manifest = ("manifests", ds_dir(ds), "manifest.json")
+    if wh.exists(*manifest):
+        m = json.loads(wh.read_text(*manifest))
+        out.append("<h2>Input</h2><table id='input'><tr><th class='l'>table</th><th>rows in</th>")
+        out.append("<th>clean</th><th>duplicates</th><th>quarantined</th></tr>")
+        for table, c in m.get("input", {}).items():
+            out.append(
+                f"<tr><td class='l'>{escape(table)}</td><td>{c['rows_in']}</td>"
+                f"<td>{c['clean']}</td><td>{c['duplicates']}</td><td>{c['quarantined']}</td></tr>"
+            )
+        out.append("</table>")
+
+    out.append("<h2>Data quality</h2>")
+    quality = ("quality", ds_dir(ds), "results.json")
+    if not wh.exists(*quality):
+        out.append("<p id='quality'>not validated</p>")
+    else:
+        q = json.loads(wh.read_text(*quality))
+        ok = bool(q.get("success"))
+        out.append(
+            f"<p id='quality' class='{'ok' if ok else 'bad'}'>"
+            f"{'all suites passed' if ok else 'validation FAILED'}</p>"
+            "<table><tr><th class='l'>suite</th><th>expectations</th><th>failed</th></tr>"
+        )
+        for name, s in sorted(q.get("suites", {}).items()):
+            failed = ", ".join(escape(f["expectation"]) for f in s.get("failed", []))
+            out.append(
+                f"<tr><td class='l'>{escape(name)}</td><td>{s.get('expectations')}</td>"
+                f"<td class='l'>{failed or '0'}</td></tr>"
+            )
+        out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(x for x in out if x)
