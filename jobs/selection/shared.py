@@ -29,9 +29,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 MAX_ROUNDS = 64
-FILTERS = 2
-"""View membership: semi-joins on a view's 2nd, 3rd, ... least-followed producers before the
-full containment check (:func:`view_users`)."""
 
 
 def view_id(feeds: Column) -> Column:
@@ -77,11 +74,8 @@ def view_users(candidates: DataFrame, edges: DataFrame, per_user: int) -> DataFr
 
     Each view meets only the followers of its least-followed producer (its access
     predicate: every user of the view follows that producer, and it has the fewest
-    followers) that follow at least as many producers as the view holds. Those pairs are
-    filtered by the view's next ``FILTERS`` least-followed producers, one cheap semi-join each
-    (a user missing any of them cannot hold the view), and the survivors verified by counting
-    the view's producers among the user's follow edges: without the filters, that count would
-    visit every producer of a large view for every follower of its rarest producer. Everything
+    followers) that follow at least as many producers as the view holds; each such pair is
+    verified by counting the view's producers among the user's follow edges. Everything
     stays in rows of ids (no follow set is carried as an array), so a user who follows tens of
     thousands of producers costs rows that spill, not one oversized record."""
     from pyspark.sql import Window
@@ -92,29 +86,18 @@ def view_users(candidates: DataFrame, edges: DataFrame, per_user: int) -> DataFr
     fan_in = follows.groupBy("consumer_id").agg(F.count("*").alias("fan_in"))
     members = candidates.select("view_id", "size", F.explode("feeds").alias("producer_id"))
     rarest = Window.partitionBy("view_id").orderBy("fan_out", "producer_id")
-    ranked = (
+    access = (
         members.join(fan_out, "producer_id")
         .withColumn("_r", F.row_number().over(rarest))
-        .where(F.col("_r") <= 1 + FILTERS)
-        .select("view_id", "size", "producer_id", "_r")
+        .where(F.col("_r") == 1)
+        .select("view_id", "size", "producer_id")
     )
     pairs = (
-        ranked.where(F.col("_r") == 1)
-        .join(follows, "producer_id")
+        access.join(follows, "producer_id")
         .join(fan_in, "consumer_id")
         .where(F.col("fan_in") >= F.col("size"))
         .select("view_id", "size", "consumer_id")
     )
-    edge = follows.withColumn("_f", F.lit(True))  # one row per (consumer, producer)
-    for r in range(2, 2 + FILTERS):
-        nth = ranked.where(F.col("_r") == r).select("view_id", "producer_id")
-        pairs = (
-            pairs.join(nth, "view_id", "left")  # no r-th producer: the view has fewer
-            .join(edge, ["consumer_id", "producer_id"], "left")
-            .where(F.col("producer_id").isNull() | F.col("_f"))
-            .select("view_id", "size", "consumer_id")
-        )
-
     matched = (
         pairs.join(members.select("view_id", "producer_id"), "view_id")
         .join(follows, ["consumer_id", "producer_id"], "left_semi")
@@ -281,9 +264,10 @@ def select_views(
     :data:`PART_ROWS`) plus the ``m`` rows, persisted: ``view_id, producer_id`` of every
     materialized view come from ``kind = 'm'``.
 
-    ``timings``, when given, receives the wall seconds of the three eager steps: finding the
-    users of the candidate views (``memberships``), forming the parts (``parts``) and planning
-    them (``planning``)."""
+    ``timings``, when given, receives the wall seconds of the three eager steps: generating
+    the candidate views and finding their users (``memberships``), forming the parts
+    (``parts``) and planning them (``planning``)."""
+
     import time
 
     from pyspark import StorageLevel
