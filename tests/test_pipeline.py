@@ -314,7 +314,14 @@ def test_validate_and_publish_a_good_day(spark, built_copy):
     manifest = json.loads((wh / "manifests" / f"ds={ds}" / "manifest.json").read_text())
     assert (wh / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
     assert (wh / "manifests" / "latest").read_text() == ds.isoformat()
-    assert (wh / "quality" / f"ds={ds}" / "docs" / "index.html").exists()
+    # Data Docs: the index links every suite's validation page, and each page exists
+    docs = wh / "quality" / f"ds={ds}" / "docs"
+    results = json.loads((wh / "quality" / f"ds={ds}" / "results.json").read_text())
+    index = (docs / "index.html").read_text()
+    for suite in results["suites"]:
+        layer, table = suite.split(".")
+        (page,) = (docs / "validations" / layer / table).rglob("*.html")
+        assert page.relative_to(docs).as_posix() in index, suite
     for table, c in manifest["input"].items():
         assert c["rows_in"] == c["clean"] + c["duplicates"] + c["quarantined"], table
     events_in = manifest["input"]["events"]["clean"]
@@ -346,6 +353,39 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_cop
     with pytest.raises(PublishRefused, match="failed validation"):
         stages.run_stage("publish", built_copy, ds, spark)
     assert not (Path(built_copy.warehouse) / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
+
+
+def test_row_accounting_counts_what_was_written(spark, built_copy):
+    """The accounting frame validate checks: rows accounted per landing table equal the rows
+    in the written clean and quarantine files (counted here with pyarrow), so a row that ingest
+    read and did not write shows up as a mismatch."""
+    import pyarrow.dataset as pads
+
+    from jobs.common.storage import Storage
+    from jobs.validate import accounting_check
+
+    ds = START + dt.timedelta(days=DAYS - 1)
+    wh = Path(built_copy.warehouse)
+    ingest = json.loads((wh / "manifests" / f"ds={ds}" / "stages" / "ingest.json").read_text())
+
+    def rows(*parts: str) -> int:
+        folder = wh.joinpath(*parts)
+        return pads.dataset(str(folder)).count_rows() if folder.exists() else 0
+
+    expected = {}
+    for table, c in ingest["tables"].items():
+        quarantined = rows("quarantine", table, f"ds={ds}")
+        clean = c["clean"] if table == "follows" else rows("clean", table, f"ds={ds}")
+        expected[table] = clean + quarantined
+    assert set(expected) == {"events", "follows", "views"}
+    assert expected["events"] > 0 and expected["views"] > 0
+
+    ingest["tables"]["events"]["rows_in"] += 1  # one row read and never written
+    got = accounting_check(spark, Storage.at(str(wh)), ds, ingest).toPandas()
+    got = got.set_index("table")
+    assert got["rows_accounted"].to_dict() == expected
+    mismatched = sorted(got.index[got["rows_in"] != got["rows_accounted"]])
+    assert mismatched == ["events"]
 
 
 def test_feed_command_line_json_shapes(workload, built_copy, tmp_path):
