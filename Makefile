@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE :=
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test lint typecheck unit lock clean
+.PHONY: install demo test lint typecheck unit lock clean bench
 
 install: $(STAMP)
 
@@ -41,6 +41,13 @@ unit: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+# Benchmarks (not part of `make test`): a day of ff2010 against the DuckDB reference
+# (bench/day.py; BENCH_ARGS="--scales 0.25,1,4 --reps 3" for the scaling run).
+BENCH_ARGS ?= --scales 1 --reps 3
+bench: $(STAMP)
+	$(BIN)/python bench/day.py $(BENCH_ARGS)
+
 
 
 clean:

@@ -119,6 +119,28 @@ def edge_modes(spark, settings: Settings, ds: dt.date) -> dict[tuple[str, str], 
     return {(r.consumer_id, r.producer_id): r.mode for r in df.collect()}
 
 
+def test_the_duckdb_reference_gives_the_same_rates_plan_and_feeds_every_day(incremental, tmp_path):
+    """bench/'s DuckDB reference (the baseline of the benchmarks, written in SQL from the
+    formulas of docs/rates.md and the Feeding Frenzy rules) against the Spark stages, day by
+    day: rates equal to 1e-9, the same FF-PerPair plan and the same producer and consumer
+    feeds (the reference recomputes feeds from all events; the stages build them
+    incrementally)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import duckdb_reference as ref
+
+    for i in range(DAYS):
+        ds = START + dt.timedelta(days=i)
+        for stage in ("rates", "plan", "materialize"):
+            ref.run(stage, incremental, tmp_path, ds)
+        diff = ref.compare(incremental.warehouse, tmp_path, ds)
+        assert not ref.agrees(diff), (ds, ref.agrees(diff))
+        assert diff["consumer_feed"]["rows"][0] > 0
+    modes = pd.read_parquet(tmp_path / "edge_plan" / f"ds={ds}")["mode"].value_counts()
+    assert modes.get("push", 0) > 0 and modes.get("pull", 0) > 0, modes
+
+
 def test_incremental_equals_full_refresh_and_the_naive_answer_every_day(
     spark, workload, incremental, tmp_path
 ):

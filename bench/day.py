@@ -1,0 +1,267 @@
+"""A day of the ``ff2010`` workload: every stage timed as the scheduler runs it, against a
+DuckDB reference (``bench/duckdb_reference.py``) on the same Parquet inputs.
+
+    python bench/day.py [--scales 1] [--reps 3] [--work var/bench]     (``make bench``)
+
+For each scale: generates two days (skipped when the landing data is there) and runs day 1
+once (warm-up, and the history day 2 needs: the rate window, yesterday's plan and feeds).
+Then, for day 2, ``--reps`` times each:
+
+* each Spark stage as its own ``spark-submit`` application, as the Airflow DAG runs it
+  (wall time of the process, the stage's own time from its record, and the peak RSS of the
+  process tree: driver JVM and Python);
+* a trivial ``spark-submit`` application (session + one tiny job): Spark's fixed cost;
+* the whole day in one process (``feedpipe run``), with the product's default strategies;
+* the DuckDB reference's stages (rates, FF-PerPair plan, latest-k feeds), each a process.
+
+The per-stage runs serve FF-PerPair only (``strategies = ["ff-per-pair"]``), the plan the
+reference computes, and the outputs of both are compared row for row at the end. Reports
+medians and rows per second per stage (rows: the stage's main input, the same for both) to
+``bench/results/day_ff2010_<scale>.json`` and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import duckdb_reference  # noqa: E402
+
+from jobs.common.storage import Storage  # noqa: E402
+from jobs.generate import PROFILES, generate, scaled  # noqa: E402
+
+D1, D2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
+SPARK_STAGES = ("ingest", "rates", "plan", "materialize", "validate")
+REFERENCE_STAGES = ("rates", "plan", "materialize")
+TRIVIAL = """
+import time
+from jobs.common.config import load_settings
+from jobs.common.spark import build_session
+t = time.monotonic()
+spark = build_session(load_settings(), "feedpipe-bench-fixed-cost")
+spark.range(1000).selectExpr("sum(id)").collect()
+print(round(time.monotonic() - t, 3))
+"""
+
+
+def measured(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``cmd``; its wall time and the peak RSS of its process tree (``wait4``: the
+    largest of the process and the descendants it waited for, e.g. spark-submit's JVM and its
+    Python driver)."""
+    started = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
+    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def rows_in(wh: Path, layer: str, table: str, days: list[dt.date]) -> int:
+    import pyarrow.dataset as pads
+
+    folders = [wh / layer / table / f"ds={d}" for d in days]
+    return sum(pads.dataset(str(f)).count_rows() for f in folders if f.is_dir())
+
+
+def stage_inputs(wh: Path, ds: dt.date, window: list[dt.date]) -> dict[str, int]:
+    """The main input rows of each stage (what rows per second divide by)."""
+    record = json.loads((wh / "manifests" / f"ds={ds}" / "stages" / "ingest.json").read_text())
+    follows = rows_in(wh, "clean", "follows", [ds])
+    events, views = rows_in(wh, "clean", "events", [ds]), rows_in(wh, "clean", "views", [ds])
+    return {
+        "ingest": sum(int(t["rows_in"]) for t in record["tables"].values()),
+        "rates": rows_in(wh, "clean", "events", window) + rows_in(wh, "clean", "views", window),
+        "plan": follows,
+        "materialize": events + follows,
+        "validate": follows + events + views,
+    }
+
+
+def write_config(path: Path, landing: Path, warehouse: Path, **extra: Any) -> None:
+    lines = [f'landing = "{landing}"', f'warehouse = "{warehouse}"']
+    for key, value in extra.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def machine() -> dict[str, Any]:
+    import duckdb
+    import pyspark
+
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024**2, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "duckdb": duckdb.__version__,
+        "java": java.splitlines()[0] if java else "?",
+    }
+
+
+def bench_scale(scale: float, reps: int, work: Path) -> dict[str, Any]:
+    from jobs.rates import window_days
+
+    base = work / f"ff2010-{scale:g}"
+    landing, wh, ref_out, logs = (base / x for x in ("landing", "warehouse", "duckdb", "logs"))
+    logs.mkdir(parents=True, exist_ok=True)
+    profile = scaled(PROFILES["ff2010"], scale)
+    result: dict[str, Any] = {"scale": scale, "reps": reps, "machine": machine()}
+    if not (landing / "follows").is_dir():
+        t = time.perf_counter()
+        generate(Storage.at(str(landing)), D1, 2, profile, seed=5)
+        result["generate_s"] = round(time.perf_counter() - t, 1)
+    ff_only = base / "ff-per-pair.toml"
+    write_config(ff_only, landing, wh, strategy="ff-per-pair", strategies=["ff-per-pair"])
+    defaults = base / "defaults.toml"
+    write_config(defaults, landing, wh)
+    entry = str(ROOT / "jobs" / "__main__.py")
+    bin_dir = Path(sys.executable).parent
+    env = {  # as the DAG's tasks get it: this interpreter for the driver and its workers
+        **os.environ,
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "PYSPARK_PYTHON": sys.executable,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+    env.pop("FEEDPIPE_CONFIG", None)
+
+    def spark_stage(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
+        m = measured(
+            [str(bin_dir / "spark-submit"), "--master", "local[*]", entry, stage, "--ds", str(ds)],
+            logs / log,
+            {**env, "FEEDPIPE_CONFIG": str(ff_only)},
+        )
+        record = wh / "manifests" / f"ds={ds}" / "stages" / f"{stage}.json"
+        m["stage_s"] = json.loads(record.read_text())["seconds"]
+        return m
+
+    def reference(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
+        cmd = [sys.executable, str(ROOT / "bench" / "duckdb_reference.py"), stage]
+        cmd += ["--warehouse", str(wh), "--out", str(ref_out), "--ds", str(ds), "--config"]
+        m = measured([*cmd, str(ff_only)], logs / log, env)
+        m["stage_s"] = json.loads((logs / log).read_text().strip().splitlines()[-1])["seconds"]
+        return m
+
+    # day 1: the history of day 2, for both implementations
+    t = time.perf_counter()
+    for stage in SPARK_STAGES:
+        spark_stage(stage, D1, f"d1-{stage}.log")
+    result["day1_s"] = round(time.perf_counter() - t, 1)
+    for stage in REFERENCE_STAGES:
+        reference(stage, D1, f"d1-duckdb-{stage}.log")
+
+    trivial = base / "trivial.py"
+    trivial.write_text(TRIVIAL)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for rep in range(reps):
+        print(f"scale {scale:g}: repetition {rep + 1} of {reps}", flush=True)
+        runs.setdefault("fixed_cost", []).append(
+            measured(
+                [str(bin_dir / "spark-submit"), "--master", "local[*]", str(trivial)],
+                logs / "trivial.log",
+                env,
+            )
+        )
+        m = measured(
+            [str(bin_dir / "feedpipe"), "run", "--config", str(defaults), "--ds", str(D2)],
+            logs / f"day-{rep}.log",
+            env,
+        )
+        runs.setdefault("day", []).append(m)
+        for stage in SPARK_STAGES:
+            runs.setdefault(f"spark.{stage}", []).append(spark_stage(stage, D2, f"{stage}.log"))
+        for stage in REFERENCE_STAGES:
+            runs.setdefault(f"duckdb.{stage}", []).append(reference(stage, D2, f"ref-{stage}.log"))
+
+    window = window_days(sorted([D1, D2]), D2, 7)
+    inputs = stage_inputs(wh, D2, window)
+    result["inputs"] = inputs
+    summary: dict[str, dict[str, float]] = {}
+    for name, ms in runs.items():
+        summary[name] = {
+            key: round(statistics.median(m[key] for m in ms), 2)
+            for key in ("wall_s", "stage_s", "peak_rss_mb")
+            if all(key in m for m in ms)
+        }
+        stage = name.split(".", 1)[-1]
+        if stage in inputs:
+            summary[name]["rows_per_s"] = round(inputs[stage] / summary[name]["wall_s"])
+    result["median"] = summary
+    result["runs"] = runs
+    diff = duckdb_reference.compare(str(wh), ref_out, D2)
+    result["comparison"] = diff
+    result["agree"] = not duckdb_reference.agrees(diff)
+    result["disagreements"] = duckdb_reference.agrees(diff)
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    med = result["median"]
+    lines = [
+        f"ff2010 x{result['scale']:g}: {result['inputs']['plan']:,} follow edges, "
+        f"medians of {result['reps']}; Spark fixed cost (session + one job, process wall) "
+        f"{med['fixed_cost']['wall_s']:.1f} s; whole day (default strategies) "
+        f"{med['day']['wall_s']:.0f} s; same plan and feeds: {result['agree']}",
+        "",
+        "| stage | Spark wall (s) | in stage (s) | peak RSS (MB) | rows/s "
+        "| DuckDB wall (s) | DuckDB RSS (MB) | Spark / DuckDB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for stage in SPARK_STAGES:
+        s = med[f"spark.{stage}"]
+        d = med.get(f"duckdb.{stage}")
+        ref = (
+            f"{d['wall_s']:.1f} | {d['peak_rss_mb']:.0f} | {s['wall_s'] / d['wall_s']:.1f}"
+            if d
+            else " | | "
+        )
+        lines.append(
+            f"| {stage} | {s['wall_s']:.1f} | {s['stage_s']:.1f} | {s['peak_rss_mb']:.0f} "
+            f"| {s['rows_per_s']:,} | {ref} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scales", default="1", help="comma-separated, e.g. 0.25,1,4")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--work", default="var/bench")
+    args = ap.parse_args(argv)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    for scale in (float(x) for x in args.scales.split(",")):
+        result = bench_scale(scale, args.reps, Path(args.work).resolve())
+        (out / f"day_ff2010_{scale:g}.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(table(result), flush=True)
+        if not result["agree"]:
+            print("DISAGREE: " + "; ".join(result["disagreements"]), flush=True)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
