@@ -57,20 +57,46 @@ print(round(time.monotonic() - t, 3))
 """
 
 
+def tree_rss_mb(root: int) -> float:
+    """Resident memory of ``root`` and all its descendants (JVM, Python driver, Python
+    workers), from /proc."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        rss[pid] = int(fields[21])  # pages
+    tree, frontier = {root}, [root]
+    while frontier:
+        children = [p for p, pp in parents.items() if pp in frontier and p not in tree]
+        tree.update(children)
+        frontier = children
+    return sum(rss.get(p, 0) for p in tree) * os.sysconf("SC_PAGE_SIZE") / 1024**2
+
+
 def measured(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``cmd``; its wall time and the peak RSS of its process tree (``wait4``: the
-    largest of the process and the descendants it waited for, e.g. spark-submit's JVM and its
-    Python driver)."""
+    """Run ``cmd``; its wall time and the peak resident memory of its whole process tree
+    (driver JVM, Python driver and workers together), sampled every 0.2 s."""
     started = time.perf_counter()
+    peak = 0.0
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_mb(proc.pid))
+            time.sleep(0.2)
     wall = time.perf_counter() - started
+
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
-    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"wall_s": wall, "peak_rss_mb": peak}
 
 
 def rows_in(wh: Path, layer: str, table: str, days: list[dt.date]) -> int:
