@@ -1,7 +1,7 @@
 """A day of the ``ff2010`` workload: every stage timed as the scheduler runs it, against a
 DuckDB reference (``bench/duckdb_reference.py``) on the same Parquet inputs.
 
-    python bench/day.py [--scales 1] [--reps 3] [--work var/bench]     (``make bench``)
+    python bench/day.py [--scales 1] [--reps 3] [--work var/bench] [--event-logs]   (make bench)
 
 For each scale: generates two days (skipped when the landing data is there) and runs day 1
 once (warm-up, and the history day 2 needs: the rate window, yesterday's plan and feeds).
@@ -147,7 +147,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def bench_scale(scale: float, reps: int, work: Path) -> dict[str, Any]:
+def bench_scale(scale: float, reps: int, work: Path, event_logs: bool = False) -> dict[str, Any]:
     from jobs.rates import window_days
 
     base = work / f"ff2010-{scale:g}"
@@ -174,9 +174,15 @@ def bench_scale(scale: float, reps: int, work: Path) -> dict[str, Any]:
 
     env.pop("FEEDPIPE_CONFIG", None)
 
+    submit = [str(bin_dir / "spark-submit"), "--master", "local[*]"]
+    if event_logs:  # for bench/eventlog.py
+        (logs / "events").mkdir(exist_ok=True)
+        submit += ["--conf", "spark.eventLog.enabled=true"]
+        submit += ["--conf", f"spark.eventLog.dir={logs / 'events'}"]
+
     def spark_stage(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
         m = measured(
-            [str(bin_dir / "spark-submit"), "--master", "local[*]", entry, stage, "--ds", str(ds)],
+            [*submit, entry, stage, "--ds", str(ds)],
             logs / log,
             {**env, "FEEDPIPE_CONFIG": str(ff_only)},
         )
@@ -206,7 +212,7 @@ def bench_scale(scale: float, reps: int, work: Path) -> dict[str, Any]:
         print(f"scale {scale:g}: repetition {rep + 1} of {reps}", flush=True)
         runs.setdefault("fixed_cost", []).append(
             measured(
-                [str(bin_dir / "spark-submit"), "--master", "local[*]", str(trivial)],
+                [*submit, str(trivial)],
                 logs / "trivial.log",
                 env,
             )
@@ -276,11 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scales", default="1", help="comma-separated, e.g. 0.25,1,4")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--work", default="var/bench")
+    ap.add_argument(
+        "--event-logs", action="store_true", help="keep Spark event logs (bench/eventlog.py)"
+    )
     args = ap.parse_args(argv)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     for scale in (float(x) for x in args.scales.split(",")):
-        result = bench_scale(scale, args.reps, Path(args.work).resolve())
+        result = bench_scale(scale, args.reps, Path(args.work).resolve(), args.event_logs)
         (out / f"day_ff2010_{scale:g}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(table(result), flush=True)
         if not result["agree"]:

@@ -194,9 +194,18 @@ class LocalAirflow:
             self._token = str(body["access_token"])
         return self._token
 
-    def api(self, method: str, path: str, body: object = None) -> Any:
-        """An authenticated REST call that must succeed (2xx)."""
-        status, out = self.request(method, path, body)
+    def api(self, method: str, path: str, body: object = None, attempts: int = 5) -> Any:
+        """An authenticated REST call that must succeed (2xx). A 503 is retried: on SQLite,
+        Airflow answers 503 ("Database is locked") when the scheduler holds the database
+        while, for example, a backfill is created; the request's transaction was rolled back."""
+        import time
+
+        for attempt in range(attempts):
+            status, out = self.request(method, path, body)
+            if status != 503 or attempt == attempts - 1:
+                break
+            log.info("%s %s: 503, retrying (%s)", method, path, out)
+            time.sleep(3 * (attempt + 1))
         if not 200 <= status < 300:
             raise RuntimeError(f"{method} {path}: {status} {out}")
         return out

@@ -132,7 +132,14 @@ def write_partition(
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
     staged = storage.staging_dir(*final)
-    out.write.mode("overwrite").parquet(storage.spark_path(*staged))
+    # names the write's jobs in the Spark UI and event logs (bench/eventlog.py), which
+    # otherwise show "parquet at NativeMethodAccessorImpl.java:0" for every table
+    sc = df.sparkSession.sparkContext
+    sc.setJobDescription(f"write {c.layer}/{table or c.name} ds={ds}")
+    try:
+        out.write.mode("overwrite").parquet(storage.spark_path(*staged))
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
     storage.swap_in(staged, final)
 
 

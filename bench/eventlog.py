@@ -1,0 +1,100 @@
+"""Where a Spark application's time goes, from its event log.
+
+    python bench/eventlog.py DIR [--stages]
+
+``DIR`` holds event logs (``spark.eventLog.dir``; ``bench/day.py --event-logs`` writes them
+under the scale's ``logs/events``). For each application: its wall time, how long Spark jobs
+were running (the rest is the driver: session start, query planning, Python, file listing),
+the number of jobs, tasks and SQL executions, and the call sites whose jobs took longest.
+With ``--stages``, every stage with its start offset, duration and task count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".zstd":
+        text = subprocess.run(
+            ["zstd", "-dc", str(path)], capture_output=True, text=True, check=True
+        ).stdout
+    else:
+        text = path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def summarize(evs: list[dict[str, Any]]) -> dict[str, Any]:
+    start = next(e for e in evs if e["Event"] == "SparkListenerApplicationStart")
+    ends = [e["Timestamp"] for e in evs if e["Event"] == "SparkListenerApplicationEnd"]
+    jobs: dict[int, list[Any]] = {}
+    for e in evs:
+        if e["Event"] == "SparkListenerJobStart":
+            props = e.get("Properties") or {}
+            site = props.get("spark.job.description") or props.get("callSite.short") or "?"
+            jobs[e["Job ID"]] = [e["Submission Time"], None, site]
+        elif e["Event"] == "SparkListenerJobEnd" and e["Job ID"] in jobs:
+            jobs[e["Job ID"]][1] = e["Completion Time"]
+    by_site: collections.Counter[str] = collections.Counter()
+    for begin, end, site in jobs.values():
+        if end is not None:
+            by_site[site] += (end - begin) / 1000
+    last = ends[0] if ends else max((j[1] or j[0]) for j in jobs.values())
+    return {
+        "app": start["App Name"],
+        "wall_s": round((last - start["Timestamp"]) / 1000, 2),
+        "jobs_busy_s": round(sum(by_site.values()), 2),
+        "jobs": len(jobs),
+        "tasks": sum(1 for e in evs if e["Event"] == "SparkListenerTaskEnd"),
+        "sql_executions": sum(1 for e in evs if e["Event"].endswith("SQLExecutionStart")),
+        "top_call_sites": [[site, round(s, 2)] for site, s in by_site.most_common(5)],
+        "start": start["Timestamp"],
+    }
+
+
+def stages(evs: list[dict[str, Any]], start: int) -> list[str]:
+    lines = []
+    for e in evs:
+        if e["Event"] == "SparkListenerStageCompleted":
+            s = e["Stage Info"]
+            lines.append(
+                f"{(s['Submission Time'] - start) / 1000:8.2f} "
+                f"{(s['Completion Time'] - s['Submission Time']) / 1000:7.2f} s "
+                f"{s['Number of Tasks']:4d} tasks  {s['Stage Name'][:70]}"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir")
+    ap.add_argument("--stages", action="store_true")
+    args = ap.parse_args(argv)
+    files = sorted(Path(args.dir).glob("**/events_*")) + sorted(
+        p for p in Path(args.dir).glob("*") if p.is_file() and not p.name.startswith(".")
+    )
+    if not files:
+        print(f"no event logs under {args.dir}", file=sys.stderr)
+        return 1
+    for path in files:
+        evs = events(path)
+        s = summarize(evs)
+        print(
+            f"{s['app']}: {s['wall_s']} s, jobs running {s['jobs_busy_s']} s; {s['jobs']} jobs, "
+            f"{s['tasks']} tasks, {s['sql_executions']} SQL executions"
+        )
+        for site, seconds in s["top_call_sites"]:
+            print(f"    {seconds:7.2f} s  {site}")
+        if args.stages:
+            print("\n".join("    " + line for line in stages(evs, s["start"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
