@@ -21,6 +21,8 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
 	$(BIN)/python -m jobs.s3a
+	$(BIN)/python -m jobs.cds
+
 	@touch $(STAMP)
 
 lock:

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import duckdb_reference  # noqa: E402
 
+from jobs.cds import driver_java_options  # noqa: E402
 from jobs.common.storage import Storage  # noqa: E402
 from jobs.generate import PROFILES, generate, scaled  # noqa: E402
 
@@ -175,6 +176,9 @@ def bench_scale(scale: float, reps: int, work: Path, event_logs: bool = False) -
     env.pop("FEEDPIPE_CONFIG", None)
 
     submit = [str(bin_dir / "spark-submit"), "--master", "local[*]"]
+    if java_options := driver_java_options():  # as the DAG submits (jobs/cds.py)
+        submit += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
+
     if event_logs:  # for bench/eventlog.py
         (logs / "events").mkdir(exist_ok=True)
         submit += ["--conf", "spark.eventLog.enabled=true"]

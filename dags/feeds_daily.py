@@ -79,6 +79,15 @@ def _s3a_jars() -> str | None:
     return ",".join(jar_paths()) or None
 
 
+def _driver_conf() -> dict[str, str] | None:
+    """The driver JVM maps the class-data archive ``make install`` built, when there is one
+    (jobs/cds.py); the driver runs on this worker, so the archive is this worker's."""
+    from jobs.cds import driver_java_options
+
+    java_options = driver_java_options()
+    return {"spark.driver.extraJavaOptions": java_options} if java_options else None
+
+
 with DAG(
     dag_id="feeds_daily",
     doc_md=__doc__,
@@ -121,6 +130,7 @@ with DAG(
             name=f"feedpipe-{stage}-{{{{ ds }}}}",
             driver_memory=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
             jars=_s3a_jars(),
+            conf=_driver_conf(),
             env_vars=_stage_env(),
             retries=0 if stage == "validate" else 2,  # a failed expectation is not transient
         )

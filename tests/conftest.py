@@ -19,6 +19,8 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 def spark() -> Iterator:
     from pyspark.sql import SparkSession
 
+    from jobs.cds import driver_java_options
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("feedpipe-tests")
@@ -30,6 +32,7 @@ def spark() -> Iterator:
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", driver_java_options())
         .getOrCreate()
     )
     yield session

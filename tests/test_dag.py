@@ -68,6 +68,18 @@ def test_spark_submit_takes_the_workers_address_and_s3a_jars_from_its_environmen
     assert (task.jars or "").split(",") == jars if jars else task.jars is None
 
 
+def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
+    from jobs.cds import current_archive
+
+    monkeypatch.delenv("FEEDPIPE_CDS", raising=False)
+    archive = current_archive()
+    assert archive is not None  # make install builds it (tests/test_cds.py)
+    task = load_dag().get_task("plan_views")
+    assert task.conf == {"spark.driver.extraJavaOptions": f"-XX:SharedArchiveFile={archive}"}
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")
+    assert load_dag().get_task("validate_tables").conf is None
+
+
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory):
     root = tmp_path_factory.mktemp("af")

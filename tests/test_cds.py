@@ -1,0 +1,86 @@
+"""The class-data sharing archive ``make install`` builds (jobs/cds.py): drivers started by
+spark-submit, by the DAG and by an in-process session map it, and it really serves classes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
+
+from jobs.cds import archive_path, current_archive, driver_java_options
+from jobs.common.config import Settings
+from jobs.common.spark import spark_defaults
+
+APP = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.appName("cds-check").getOrCreate()
+assert spark.range(100).selectExpr("sum(id) AS s").first().s == 4950
+spark.stop()
+"""
+
+
+def class_sources(log: Path) -> dict[str, int]:
+    """Classes loaded by the JVM, counted by where they came from (-Xlog:class+load)."""
+    counts = {"archive": 0, "base archive": 0, "jar": 0, "other": 0}
+    for line in log.read_text().splitlines():
+        if "source: shared objects file (top)" in line:
+            counts["archive"] += 1
+        elif "source: shared objects file" in line:
+            counts["base archive"] += 1
+        elif "source: jar:" in line or "source: file:" in line:
+            counts["jar"] += 1
+        elif "source:" in line:
+            counts["other"] += 1
+    return counts
+
+
+def submit(tmp_path: Path, java_options: str, name: str) -> dict[str, int]:
+    script, log = tmp_path / "app.py", tmp_path / f"{name}.log"
+    script.write_text(APP)
+    bin_dir = Path(sys.executable).parent
+    options = f"{java_options} -Xlog:class+load=info:file={log}".strip()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    cmd = [str(bin_dir / "spark-submit"), "--master", "local[1]"]
+    cmd += ["--conf", "spark.ui.enabled=false"]
+    done = subprocess.run(
+        [*cmd, "--conf", f"spark.driver.extraJavaOptions={options}", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return class_sources(log)
+
+
+def test_install_built_an_archive_for_this_spark_and_jvm():
+    archive = current_archive()
+    assert archive is not None, "make install (python -m jobs.cds) builds the archive"
+    assert archive == archive_path()  # named after this pyspark and this JVM's build
+    assert pyspark.__version__ in archive.name and archive.stat().st_size > 10_000_000
+    assert driver_java_options() == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_a_driver_with_the_archive_loads_spark_from_it(tmp_path):
+    without = submit(tmp_path, "", "without")
+    with_archive = submit(tmp_path, driver_java_options(), "with")
+    # the same application loads about as many classes either way...
+    total_without, total_with = sum(without.values()), sum(with_archive.values())
+    assert abs(total_with - total_without) < 0.1 * total_without
+    # ...but with the archive most of Spark's (those it would read from jars) come mapped
+    assert without["archive"] == 0 and without["jar"] > 3000
+    assert with_archive["archive"] > 0.8 * without["jar"]
+    assert with_archive["jar"] < 0.2 * without["jar"]
+
+
+def test_sessions_pass_the_archive_to_the_driver(monkeypatch):
+    """(The DAG's tasks: tests/test_dag.py.)"""
+    option = driver_java_options()
+    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == option
+    own = Settings(spark_conf={"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert spark_defaults(own)["spark.driver.extraJavaOptions"] == "-Xss4m"  # yours wins
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")
+    assert driver_java_options() == ""
+    assert "spark.driver.extraJavaOptions" not in spark_defaults(Settings())
