@@ -76,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dir")
     ap.add_argument("--stages", action="store_true")
     args = ap.parse_args(argv)
-    files = sorted(Path(args.dir).glob("**/events_*")) + sorted(
-        p for p in Path(args.dir).glob("*") if p.is_file() and not p.name.startswith(".")
+    root = Path(args.dir)  # a folder of event logs, or one application's (v2: a folder)
+    files = sorted(
+        {p for p in root.glob("**/events_*")}
+        | {p for p in root.glob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))}
     )
+
     if not files:
         print(f"no event logs under {args.dir}", file=sys.stderr)
         return 1

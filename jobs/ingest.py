@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TABLES = ("follows", "events", "views")
+# per-day counts the rates stage reads instead of rescanning its window (jobs/rates.py)
+COUNTS = {"events": ("event_counts", "producer_id"), "views": ("view_counts", "consumer_id")}
 TEXT_FORMATS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".ndjson": "json"}
 PARQUET_EXT = (".parquet", ".pq")
 REASONS = (
@@ -594,7 +596,12 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
             clean = clean_rows(tagged, table)
         write_partition(clean, wh, clean_c, ds)
         if table != "follows":  # the clean rows as written
-            counts["clean"] = read_partition(spark, wh, clean_c, ds).count()
+            written = read_partition(spark, wh, clean_c, ds)
+            counts["clean"] = written.count()
+            name, id_col = COUNTS[table]
+            per_id = written.groupBy(id_col).agg(F.count("*").alias("n"))
+            write_partition(per_id, wh, contract("clean", name), ds)
+
         for df in cached:
             df.unpersist()
         stats[table] = counts

@@ -1,8 +1,10 @@
 """Stage ``rates``: forecast per-producer event rates (phi_p) and per-consumer view rates
 (theta_c) for the day after D, from the daily counts of a trailing window ending at D.
 
-Reads ``clean/events`` and ``clean/views`` over ``rate_window_days`` partitions ending at D
+Reads the daily counts of ``clean/events`` and ``clean/views`` (``clean/event_counts``,
+``clean/view_counts``, written by ingest) over ``rate_window_days`` partitions ending at D
 (fewer at the start of the data), ``clean/follows`` of D (every producer and consumer of the
+
 graph gets a rate) and, when present, D-1's ``rates/producer_rates`` (yesterday's forecast
 for today). Writes ``rates/producer_rates`` and ``rates/consumer_rates``, one row per id, with
 the point estimate, its standard deviation and 90% interval, the fitted trend and the method
@@ -25,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import Settings
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition, read_partitions, write_partition
+from jobs.common.tables import (
+    contract,
+    has_partition,
+    read_partition,
+    read_partitions,
+    write_partition,
+)
 from jobs.estimators import RateParams, estimate
 
 if TYPE_CHECKING:
@@ -57,6 +65,39 @@ def daily_counts(rows: DataFrame, id_col: str, ds: dt.date) -> DataFrame:
         .agg(F.count("*").alias("n"))
         .select(id_col, F.datediff(F.col("ds"), F.lit(ds)).alias("t"), "n")
     )
+
+
+def window_counts(
+    spark: SparkSession, wh: Storage, table: str, days: list[dt.date], ds: dt.date
+) -> DataFrame:
+    """``id_col, t, n`` over the window's days, from the per-day counts ingest writes with
+    each clean partition (``clean/event_counts``, ``clean/view_counts``), so a day's rows are
+    scanned once, by ingest, and not again on each of the ``rate_window_days`` days its
+    partition stays in the window. A day without counts (ingested before they existed) is
+    counted from its clean rows."""
+    from pyspark.sql import functions as F
+
+    from jobs.ingest import COUNTS
+
+    name, id_col = COUNTS[table]
+    counts_c = contract("clean", name)
+    counted = [d for d in days if has_partition(wh, counts_c, d)]
+    frames = [
+        read_partition(spark, wh, counts_c, d).select(
+            id_col, F.lit((d - ds).days).alias("t"), F.col("n")
+        )
+        for d in counted
+    ]
+    rest = [d for d in days if d not in counted]
+    if rest or not frames:
+        if rest:
+            log.info("%s: no %s for %s, counting clean rows", table, name, rest)
+        clean = read_partitions(spark, wh, contract("clean", table), rest)
+        frames.append(daily_counts(clean, id_col, ds))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
 
 
 def params_of(settings: Settings, method: str | None = None) -> RateParams:
@@ -153,11 +194,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     wh = Storage.at(settings.warehouse)
-    ev_c, vw_c, fo_c = (
-        contract("clean", "events"),
-        contract("clean", "views"),
-        contract("clean", "follows"),
-    )
+    ev_c, fo_c = contract("clean", "events"), contract("clean", "follows")
     pr_c, cr_c = contract("rates", "producer_rates"), contract("rates", "consumer_rates")
     days = window_days(wh.list_partitions(*ev_c.parts()), ds, settings.rate_window_days)
     offsets = [(d - ds).days for d in days]
@@ -165,7 +202,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     follows = read_partition(spark, wh, fo_c, ds)
 
     producers = estimate(
-        daily_counts(read_partitions(spark, wh, ev_c, days), "producer_id", ds),
+        window_counts(spark, wh, "events", days, ds),
         follows.select("producer_id"),
         "producer_id",
         offsets,
@@ -182,7 +219,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     )
 
     # per consumer and day (bounded by consumers x window days), read by two aggregations
-    view_counts = daily_counts(read_partitions(spark, wh, vw_c, days), "consumer_id", ds).persist()
+    view_counts = window_counts(spark, wh, "views", days, ds).persist()
 
     prev_consumers = read_partition(spark, wh, cr_c, prev) if wh.is_dir(*cr_c.parts(prev)) else None
     consumers = (

@@ -142,6 +142,11 @@ def test_day_one_every_row_accounted_for(spark, day1):
     assert events["e2"].created_at == dt.datetime(2026, 3, 1, 8)
     assert events["e3"].created_at == dt.datetime(2026, 2, 27, 22)  # +01:00 converted to UTC
     assert events["e1"].producer_id == ODD and events["e1"].payload == "hi"
+    # the per-day counts the rates stage reads (the duplicate e1 and quarantined rows excluded)
+    per_producer = read_partition(spark, wh, contract("clean", "event_counts"), D1).collect()
+    assert {(r.producer_id, r.n) for r in per_producer} == {(ODD, 1), (UNI, 1), ("alice", 2)}
+    per_consumer = read_partition(spark, wh, contract("clean", "view_counts"), D1).collect()
+    assert [(r.consumer_id, r.n) for r in per_consumer] == [("alice", 2)]
 
     q = read_partition(spark, wh, contract("quarantine", "rows"), D1, table="events").collect()
     by_reason = {r.reason: r for r in q}
