@@ -428,7 +428,6 @@ def test_row_accounting_counts_what_was_written(spark, built_copy):
     assert sorted(got.index[got["clean_rows"] != got["clean_counted"]]) == ["views"]
 
 
-
 def test_feed_command_line_json_shapes(workload, built_copy, tmp_path):
     import json
     import subprocess
