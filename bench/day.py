@@ -1,7 +1,7 @@
 """A day of the ``ff2010`` workload: every stage timed as the scheduler runs it, against a
 DuckDB reference (``bench/duckdb_reference.py``) on the same Parquet inputs.
 
-    python bench/day.py [--scales 1] [--reps 3] [--work var/bench] [--event-logs]   (make bench)
+    python bench/day.py [--scales 1] [--reps 3] [--work var/bench] [--event-logs] [--no-whole-day]
 
 For each scale: generates two days (skipped when the landing data is there) and runs day 1
 once (warm-up, and the history day 2 needs: the rate window, yesterday's plan and feeds).
@@ -148,7 +148,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def bench_scale(scale: float, reps: int, work: Path, event_logs: bool = False) -> dict[str, Any]:
+def bench_scale(
+    scale: float, reps: int, work: Path, event_logs: bool = False, whole_day: bool = True
+) -> dict[str, Any]:
     from jobs.rates import window_days
 
     base = work / f"ff2010-{scale:g}"
@@ -221,12 +223,13 @@ def bench_scale(scale: float, reps: int, work: Path, event_logs: bool = False) -
                 env,
             )
         )
-        m = measured(
-            [str(bin_dir / "feedpipe"), "run", "--config", str(defaults), "--ds", str(D2)],
-            logs / f"day-{rep}.log",
-            env,
-        )
-        runs.setdefault("day", []).append(m)
+        if whole_day:
+            m = measured(
+                [str(bin_dir / "feedpipe"), "run", "--config", str(defaults), "--ds", str(D2)],
+                logs / f"day-{rep}.log",
+                env,
+            )
+            runs.setdefault("day", []).append(m)
         for stage in SPARK_STAGES:
             runs.setdefault(f"spark.{stage}", []).append(spark_stage(stage, D2, f"{stage}.log"))
         for stage in REFERENCE_STAGES:
@@ -256,11 +259,12 @@ def bench_scale(scale: float, reps: int, work: Path, event_logs: bool = False) -
 
 def table(result: dict[str, Any]) -> str:
     med = result["median"]
+    day = f"{med['day']['wall_s']:.0f} s" if "day" in med else "not run"
     lines = [
         f"ff2010 x{result['scale']:g}: {result['inputs']['plan']:,} follow edges, "
         f"medians of {result['reps']}; Spark fixed cost (session + one job, process wall) "
         f"{med['fixed_cost']['wall_s']:.1f} s; whole day (default strategies) "
-        f"{med['day']['wall_s']:.0f} s; same plan and feeds: {result['agree']}",
+        f"{day}; same plan and feeds: {result['agree']}",
         "",
         "| stage | Spark wall (s) | in stage (s) | peak RSS (MB) | rows/s "
         "| DuckDB wall (s) | DuckDB RSS (MB) | Spark / DuckDB |",
@@ -289,11 +293,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--event-logs", action="store_true", help="keep Spark event logs (bench/eventlog.py)"
     )
+    ap.add_argument(
+        "--no-whole-day",
+        action="store_true",
+        help="skip the whole day in one process (feedpipe run, default strategies)",
+    )
     args = ap.parse_args(argv)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     for scale in (float(x) for x in args.scales.split(",")):
-        result = bench_scale(scale, args.reps, Path(args.work).resolve(), args.event_logs)
+        result = bench_scale(
+            scale, args.reps, Path(args.work).resolve(), args.event_logs, not args.no_whole_day
+        )
+
         (out / f"day_ff2010_{scale:g}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(table(result), flush=True)
         if not result["agree"]:
