@@ -4,16 +4,18 @@ Every stage is its own Spark application (one ``spark-submit`` per DAG task), an
 driver JVM loads and verifies some 20,000 classes before the first job runs. A dynamic
 AppCDS archive (JDK 13+, ``-XX:ArchiveClassesAtExit``) records those classes once, already
 parsed and verified; drivers started with ``-XX:SharedArchiveFile`` map it instead. The
-measured effect is in docs/benchmarks.md ("Spark's fixed cost").
+measured effect is in docs/benchmarks.md ("Scale 1").
 
 ``python -m jobs.cds`` (run by ``make install``) builds the archive by running a small
 representative application (Parquet write and read, a shuffle, a join, a window, a pandas
 function) under ``spark-submit``. The archive lives in ``<venv>/share/feedpipe/cds/``, is
 named after the Spark version and the JVM that made it, and is used only when it exists:
-``driver_java_options`` returns nothing otherwise, because a JVM pointed at a missing or
-stale archive starts without any class sharing, slower than its default. A JVM that finds
-the archive made by another build, or the jars changed since, ignores it silently and
-starts as usual. ``FEEDPIPE_CDS=off`` disables it.
+``driver_java_options`` returns nothing otherwise, because a JVM pointed at a missing
+archive starts without any class sharing, slower than its default. An archive made by
+another JVM build, or with jars changed since, is ignored silently by the JVM, which then
+also starts without class sharing: rebuild it (``python -m jobs.cds``) after upgrading.
+``FEEDPIPE_CDS=off`` disables it.
+
 """
 
 from __future__ import annotations

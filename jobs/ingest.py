@@ -601,7 +601,6 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
             name, id_col = COUNTS[table]
             per_id = written.groupBy(id_col).agg(F.count("*").alias("n"))
             write_partition(per_id, wh, contract("clean", name), ds)
-
         for df in cached:
             df.unpersist()
         stats[table] = counts
