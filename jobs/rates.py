@@ -88,12 +88,12 @@ def window_counts(
         )
         for d in counted
     ]
-    rest = [d for d in days if d not in counted]
-    if rest or not frames:
-        if rest:
-            log.info("%s: no %s for %s, counting clean rows", table, name, rest)
+    rest = [d for d in days if d not in counted]  # days is never empty (window_days)
+    if rest:
+        log.info("%s: no %s for %s, counting clean rows", table, name, rest)
         clean = read_partitions(spark, wh, contract("clean", table), rest)
         frames.append(daily_counts(clean, id_col, ds))
+
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
