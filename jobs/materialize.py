@@ -47,20 +47,28 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def latest_k(df: DataFrame, key: str, k: int) -> DataFrame:
+def latest_k(df: DataFrame, key: str, k: int, unique: bool = False) -> DataFrame:
     """Keep the newest ``k`` rows per ``key`` (one row per event id), with ``rank`` 1..k.
 
-    Rows carrying a ``priority`` column win duplicate event ids by the lowest priority."""
+    Rows carrying a ``priority`` column win duplicate event ids by the lowest priority.
+    ``unique``: the caller guarantees one row per (``key``, event_id), so only the rank window
+    runs: one shuffle and one sort, with Spark's per-group limit applied before the shuffle.
+    Otherwise the rows are hash-partitioned by ``key`` first, which also clusters them by
+    (``key``, event_id): the duplicate window and the rank window share that one shuffle."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    w = Window.partitionBy(key).orderBy(F.col("created_at").desc(), F.col("event_id").desc())
+    if unique:
+        ranked = df.drop("priority").withColumn("rank", F.row_number().over(w))
+        return ranked.where(F.col("rank") <= k)
     if "priority" not in df.columns:
         df = df.withColumn("priority", F.lit(0))
+    df = df.repartition(key)
     w_dup = Window.partitionBy(key, "event_id").orderBy("priority", F.col("created_at").desc())
-    unique = df.withColumn("_n", F.row_number().over(w_dup)).where(F.col("_n") == 1)
-    w = Window.partitionBy(key).orderBy(F.col("created_at").desc(), F.col("event_id").desc())
+    deduped = df.withColumn("_n", F.row_number().over(w_dup)).where(F.col("_n") == 1)
     return (
-        unique.withColumn("rank", F.row_number().over(w))
+        deduped.withColumn("rank", F.row_number().over(w))
         .where(F.col("rank") <= k)
         .drop("_n", "priority")
     )
@@ -95,8 +103,11 @@ def push_edges(edge_plan: DataFrame) -> DataFrame:
 
 
 def consumer_feed_full(producer_feed: DataFrame, pushed: DataFrame, k: int) -> DataFrame:
+    """Latest k over each consumer's pushed producers. One row per (consumer, event): a
+    pushed edge is one plan row, a producer feed has an event once, and an event id has one
+    producer (clean events are unique by event_id across days)."""
     rows = pushed.join(producer_feed.select("producer_id", "event_id", "created_at"), "producer_id")
-    return latest_k(rows, "consumer_id", k)
+    return latest_k(rows, "consumer_id", k, unique=True)
 
 
 def consumer_feed_diverse(
@@ -135,7 +146,7 @@ def view_feed(producer_feed: DataFrame, members: DataFrame, k: int) -> DataFrame
     rows = members.select("view_id", "producer_id").join(
         producer_feed.select("producer_id", "event_id", "created_at"), "producer_id"
     )
-    return latest_k(rows, "view_id", k)
+    return latest_k(rows, "view_id", k, unique=True)  # a member is one (view, producer) row
 
 
 def changed_consumers(pushed: DataFrame, pushed_before: DataFrame) -> DataFrame:
@@ -168,24 +179,30 @@ def consumer_feed_incremental(
     k: int,
 ) -> DataFrame:
     """D's consumer feeds from D-1's: unchanged consumers merge their feed with the fresh
-    producer-feed entries of their pushed producers; changed ones are refilled."""
-    from pyspark.sql import functions as F
+    producer-feed entries of their pushed producers; changed ones are refilled.
+
+    The three parts hold no event twice for a consumer, so no duplicate window is needed:
+    refill and fan-out are disjoint by consumer, each unique as in :func:`consumer_feed_full`;
+    and an unchanged consumer's D-1 feed holds only events of D-1's producer feeds (an event
+    outside its producer's latest k has k newer events of the same pushed producer ahead of
+    it), which are by definition not fresh."""
 
     changed = changed_consumers(pushed, pushed_before)
     stable_prev = previous.join(changed, "consumer_id", "left_anti").select(
-        "consumer_id", "producer_id", "event_id", "created_at", F.lit(0).alias("priority")
+        "consumer_id", "producer_id", "event_id", "created_at"
     )
     fan_out = (
         pushed.join(changed, "consumer_id", "left_anti")
         .join(fresh.select("producer_id", "event_id", "created_at"), "producer_id")
-        .select("consumer_id", "producer_id", "event_id", "created_at", F.lit(1).alias("priority"))
+        .select("consumer_id", "producer_id", "event_id", "created_at")
     )
     refill = (
         pushed.join(changed, "consumer_id", "left_semi")
         .join(producer_feed.select("producer_id", "event_id", "created_at"), "producer_id")
-        .select("consumer_id", "producer_id", "event_id", "created_at", F.lit(0).alias("priority"))
+        .select("consumer_id", "producer_id", "event_id", "created_at")
     )
-    return latest_k(stable_prev.unionByName(fan_out).unionByName(refill), "consumer_id", k)
+    parts = stable_prev.unionByName(fan_out).unionByName(refill)
+    return latest_k(parts, "consumer_id", k, unique=True)
 
 
 def _state_path(ds: dt.date) -> tuple[str, ...]:

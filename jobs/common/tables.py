@@ -120,14 +120,19 @@ def write_partition(
 
     The contract's ``files`` says how: ``single`` (one file), ``range`` (``files`` files
     range-partitioned and sorted on ``sort_by``, for readers that look up ids) or ``as_is``
-    (the frame's own partitioning, no shuffle: for large tables only scanned whole)."""
+    (the frame's own partitioning, no shuffle: for large tables only scanned whole).
+
+    A range write runs the frame twice, once to sample the range bounds and once to write;
+    the frame is kept (memory, else local disk) between the two rather than computed again."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    out = conform(df, c)
+    out = kept = conform(df, c)
     if c.files == "single" or files <= 1:
         out = out.coalesce(1)
     elif c.files == "range" and c.sort_by:
-        out = out.repartitionByRange(files, F.col(c.sort_by[0]))
+        kept = kept.persist(StorageLevel.MEMORY_AND_DISK)
+        out = kept.repartitionByRange(files, F.col(c.sort_by[0]))
     if c.sort_by and c.files != "as_is":
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
@@ -140,6 +145,7 @@ def write_partition(
         out.write.mode("overwrite").parquet(storage.spark_path(*staged))
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]
+        kept.unpersist()
     storage.swap_in(staged, final)
 
 
