@@ -210,7 +210,12 @@ def validate_frames(
     frames: dict[str, DataFrame], parameters: dict[str, Any], docs_dir: Path | None = None
 ) -> dict[str, Any]:
     """Run each frame's suite; returns {"success", "suites": {name: {...}}}. Pure of storage
-    (Data Docs go to ``docs_dir`` when given)."""
+    (Data Docs go to ``docs_dir`` when given).
+
+    Suites run first without sample unexpected values (``partial_unexpected_count`` 0): for
+    each expectation Great Expectations would otherwise scan the whole frame once more for 20
+    unexpected rows, even when it has counted none. A suite that fails runs again with
+    samples, so its results and Data Docs show examples of the rows that broke it."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -241,19 +246,25 @@ def validate_frames(
         vd = ctx.validation_definitions.add(
             gx.ValidationDefinition(name=name, data=batch_def, suite=suite)
         )
-        checkpoint = ctx.checkpoints.add(
-            gx.Checkpoint(
-                name=f"check_{name}",
-                validation_definitions=[vd],
-                result_format="SUMMARY",
-            )
-        )
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-        result = checkpoint.run(
-            batch_parameters={"dataframe": frame}, expectation_parameters=parameters
-        )
+        for samples in (0, 20):  # the second pass only for a failed suite
+            checkpoint = ctx.checkpoints.add(
+                gx.Checkpoint(
+                    name=f"check_{name}_{samples}",
+                    validation_definitions=[vd],
+                    result_format={
+                        "result_format": "SUMMARY",
+                        "partial_unexpected_count": samples,
+                    },
+                )
+            )
+            result = checkpoint.run(
+                batch_parameters={"dataframe": frame}, expectation_parameters=parameters
+            )
+            (vr,) = result.run_results.values()
+            if vr.success:
+                break
         frame.unpersist()
-        (vr,) = result.run_results.values()
         failed = []
         for r in vr.results:
             cfg = r.expectation_config
@@ -265,6 +276,7 @@ def validate_frames(
                     "kwargs": {k: v for k, v in cfg.kwargs.items() if k != "batch_id"},
                     "unexpected_count": (r.result or {}).get("unexpected_count"),
                     "observed_value": (r.result or {}).get("observed_value"),
+                    "sample": (r.result or {}).get("partial_unexpected_list"),
                 }
             )
         out["suites"][name] = {

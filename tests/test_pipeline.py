@@ -354,6 +354,9 @@ def test_validate_and_publish_a_good_day(spark, built_copy):
 
 
 def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_copy):
+    import json
+
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from jobs.publish import PublishRefused
@@ -365,13 +368,19 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_cop
     table = pq.read_table(files[0])
     rank = table.column("rank").to_pylist()
     swapped = [rank[1], rank[0], *rank[2:]]  # two rows of one feed swap places: order broken
-    pq.write_table(
-        table.set_column(table.schema.get_field_index("rank"), "rank", [swapped]), files[0]
-    )
+    i = table.schema.get_field_index("rank")
+    swapped_column = pa.array(swapped, type=table.schema.field(i).type)  # the file's int32
+    pq.write_table(table.set_column(i, "rank", swapped_column), files[0])
+    (folder / f".{files[0].name}.crc").unlink()  # else Hadoop refuses the file's new bytes
     with pytest.raises(ValidationFailed, match=r"feeds\.consumer_feed.*order_ok"):
         stages.run_stage("validate", built_copy, ds, spark)
-    results = (Path(built_copy.warehouse) / "quality" / f"ds={ds}" / "results.json").read_text()
-    assert '"success": false' in results
+    results = json.loads(
+        (Path(built_copy.warehouse) / "quality" / f"ds={ds}" / "results.json").read_text()
+    )
+    assert not results["success"]
+    (failed,) = results["suites"]["feeds.consumer_feed"]["failed"]
+    # the failed suite ran again with samples: rank 2 is now newer than rank 1
+    assert (failed["unexpected_count"], failed["sample"]) == (1, [False]), failed
     with pytest.raises(PublishRefused, match="failed validation"):
         stages.run_stage("publish", built_copy, ds, spark)
     assert not (Path(built_copy.warehouse) / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
