@@ -114,11 +114,20 @@ def _zero_filled(counts: DataFrame, ids: DataFrame, id_col: str) -> DataFrame:
 
 
 def estimate(
-    daily: DataFrame, ids: DataFrame, id_col: str, offsets: Sequence[int], params: RateParams
+    daily: DataFrame,
+    ids: DataFrame,
+    id_col: str,
+    offsets: Sequence[int],
+    params: RateParams,
+    kept: list[DataFrame] | None = None,
 ) -> DataFrame:
     """Rates for every id: ``id_col, rate, rate_sd, n, n_today, trend_per_day, prior_rate``.
 
-    ``daily``: id_col, t (day offset <= 0), n (count that day)."""
+    ``daily``: id_col, t (day offset <= 0), n (count that day). With ``kept``, the per-id
+    sums (one row per id), which the population prior and the per-id rates both read, are
+    persisted and appended to it for the caller to unpersist once the rates are written;
+    without it they are computed twice."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     win = Window(tuple(sorted(set(offsets))), params.half_life_days)
@@ -133,6 +142,9 @@ def estimate(
         exact_sum(w * F.col("n") * F.col("n")).alias("s2n"),
     )
     per_id = _zero_filled(per_id, ids, id_col)
+    if kept is not None and params.method != "trailing_mean":  # the others read it twice
+        per_id = per_id.persist(StorageLevel.MEMORY_AND_DISK)
+        kept.append(per_id)
 
     if params.method == "trailing_mean":
         return per_id.select(

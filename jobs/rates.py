@@ -200,6 +200,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     offsets = [(d - ds).days for d in days]
     params = params_of(settings)
     follows = read_partition(spark, wh, fo_c, ds)
+    kept: list[DataFrame] = []  # per-id sums, each read twice by its estimate
 
     producers = estimate(
         window_counts(spark, wh, "events", days, ds),
@@ -207,6 +208,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         "producer_id",
         offsets,
         params,
+        kept,
     )
     prev = ds - dt.timedelta(days=1)
     previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
@@ -223,7 +225,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
 
     prev_consumers = read_partition(spark, wh, cr_c, prev) if wh.is_dir(*cr_c.parts(prev)) else None
     consumers = (
-        estimate(view_counts, follows.select("consumer_id"), "consumer_id", offsets, params)
+        estimate(view_counts, follows.select("consumer_id"), "consumer_id", offsets, params, kept)
         .withColumn("forecast_prev", F.lit(None).cast("double"))
         .withColumn("flash", F.lit(False))
         .join(last_view(view_counts, prev_consumers, ds), "consumer_id", "left")
@@ -237,6 +239,8 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     )
 
     view_counts.unpersist()
+    for frame in kept:
+        frame.unpersist()
     written = read_partition(spark, wh, pr_c, ds)
 
     flagged = written.where(F.col("flash")).orderBy(F.col("n_today").desc(), "producer_id")
