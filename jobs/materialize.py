@@ -60,8 +60,7 @@ def latest_k(df: DataFrame, key: str, k: int, unique: bool = False) -> DataFrame
 
     w = Window.partitionBy(key).orderBy(F.col("created_at").desc(), F.col("event_id").desc())
     if unique:
-        ranked = df.drop("priority").withColumn("rank", F.row_number().over(w))
-        return ranked.where(F.col("rank") <= k)
+        return df.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= k)
     if "priority" not in df.columns:
         df = df.withColumn("priority", F.lit(0))
     df = df.repartition(key)

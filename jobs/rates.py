@@ -4,8 +4,7 @@
 Reads the daily counts of ``clean/events`` and ``clean/views`` (``clean/event_counts``,
 ``clean/view_counts``, written by ingest) over ``rate_window_days`` partitions ending at D
 (fewer at the start of the data), ``clean/follows`` of D (every producer and consumer of the
-graph gets a rate)
- and, when present, D-1's ``rates/producer_rates`` (yesterday's forecast
+graph gets a rate) and, when present, D-1's ``rates/producer_rates`` (yesterday's forecast
 for today). Writes ``rates/producer_rates`` and ``rates/consumer_rates``, one row per id, with
 the point estimate, its standard deviation and 90% interval, the fitted trend and the method
 (``jobs/estimators.py``; default ``eb_trend``).
@@ -93,7 +92,6 @@ def window_counts(
         log.info("%s: no %s for %s, counting clean rows", table, name, rest)
         clean = read_partitions(spark, wh, contract("clean", table), rest)
         frames.append(daily_counts(clean, id_col, ds))
-
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
