@@ -113,6 +113,7 @@ def consumer_sources(edge_plan: DataFrame) -> DataFrame:
 def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField, StructType
 
     wh = Storage.at(settings.warehouse)
     follows = read_partition(spark, wh, contract("clean", "follows"), ds)
@@ -149,7 +150,9 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         target,
     )
 
-    rows = {r["strategy"]: r.asDict() for r in costs.collect()}  # one row per strategy
+    # one row per strategy; plan_cost is written from these rows, not computed again
+    collected = costs.collect()
+    rows = {r["strategy"]: r.asDict() for r in collected}
     forced = None if settings.strategy == "auto" else settings.strategy
     order = [s for s in STRATEGIES if s in rows]
     chosen = cost.choose({s: r["total_cost"] for s, r in rows.items()}, order, forced)
@@ -163,7 +166,10 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
             rows[chosen]["total_cost"],
         )
 
-    plan_cost = costs.withColumn("chosen", F.col("strategy") == F.lit(chosen))
+    plan_cost = spark.createDataFrame(
+        [(*r, r["strategy"] == chosen) for r in collected],
+        StructType([*costs.schema.fields, StructField("chosen", BooleanType(), False)]),
+    )
     write_partition(plan_cost, wh, contract("plan", "plan_cost"), ds)
     served = stacked.where(F.col("strategy") == chosen)
     write_partition(served, wh, contract("plan", "edge_plan"), ds)
