@@ -456,7 +456,8 @@ def drop_known_events(
 
     Only late events can repeat an earlier day's event (an event cannot arrive before it is
     created, and future timestamps are rejected), so only the partitions from the oldest late
-    event's day to D-1 are searched, and only for the late ids."""
+    event's day to D-1 are searched, and only for the late ids. The joins carry no broadcast
+    hint: late ids grow with the data, and Spark broadcasts them when they are small."""
     from pyspark.sql import functions as F
 
     start, _ = _day_bounds(ds)
@@ -471,13 +472,13 @@ def drop_known_events(
     late_ids = late.select("event_id").distinct()
     seen = (
         read_partitions(spark, wh, contract("clean", "events"), days)
-        .join(F.broadcast(late_ids), "event_id", "left_semi")
+        .join(late_ids, "event_id", "left_semi")
         .groupBy("event_id")
         .agg(F.min("ds").alias("_seen_on"))
     )
     hit = F.col("reason").isNull() & F.col("_seen_on").isNotNull()
     return (
-        tagged.join(F.broadcast(seen), "event_id", "left")
+        tagged.join(seen, "event_id", "left")
         .withColumn("detail", F.when(hit, F.concat(F.lit("ingested on "), F.col("_seen_on"))))
         .withColumn("reason", F.when(hit, F.lit("duplicate")).otherwise(F.col("reason")))
         .drop("_seen_on")
