@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
@@ -110,10 +111,32 @@ def consumer_sources(edge_plan: DataFrame) -> DataFrame:
     return edge_plan.select("consumer_id", source_type.alias("source_type"), "source_id").distinct()
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+@dataclass
+class Plans:
+    """Every computed strategy's plan of one day, kept (memory, else disk) until
+    :meth:`release`: ``stacked`` (``feeding_frenzy.ASSIGNMENT_COLUMNS``, one row per strategy
+    and follow edge), ``members`` (strategy, view_id, producer_id, phi: the shared views'
+    producers), ``part_rows`` (the shared-view parts) and ``costs`` (``cost.plan_costs``, one
+    row per strategy, not computed yet)."""
+
+    edges: DataFrame
+    stacked: DataFrame
+    part_rows: DataFrame
+    members: DataFrame
+    costs: DataFrame
+    timings: dict[str, dict[str, float]]
+
+    def release(self) -> None:
+        for df in (self.members, self.stacked, self.edges):
+            df.unpersist()
+
+
+def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plans:
+    """The plans of every enabled strategy from the data of day ``ds``: its follow graph and
+    rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis). The plan
+    stage serves one of them; ``feedpipe evaluate`` replays them all on the next day."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType, StructField, StructType
 
     wh = Storage.at(settings.warehouse)
     follows = read_partition(spark, wh, contract("clean", "follows"), ds)
@@ -149,7 +172,21 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         settings.served_strategies,
         target,
     )
+    return Plans(edges, stacked, part_rows, shared_members, costs, timings)
 
+
+def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    wh = Storage.at(settings.warehouse)
+    plans = strategy_plans(spark, settings, ds)
+    stacked, part_rows, shared_members, costs = (
+        plans.stacked,
+        plans.part_rows,
+        plans.members,
+        plans.costs,
+    )
     # one row per strategy; plan_cost is written from these rows, not computed again
     collected = costs.collect()
     rows = {r["strategy"]: r.asDict() for r in collected}
@@ -210,12 +247,10 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         parts[r["strategy"]]["parts"] += r["n"]
         if r["mode"] == "fallback":
             parts[r["strategy"]]["fallback_parts"] += r["n"]
-    for name, seconds in timings.items():
+    for name, seconds in plans.timings.items():
         parts.setdefault(name, {})["seconds"] = seconds  # type: ignore[assignment]
 
-    shared_members.unpersist()
-    stacked.unpersist()
-    edges.unpersist()
+    plans.release()
 
     stats = {
         "strategy": chosen,

@@ -67,15 +67,17 @@ def sources_per_consumer(assignments: DataFrame) -> DataFrame:
     )
 
 
-def weighted_percentiles(per_consumer: DataFrame, qs: Sequence[float]) -> DataFrame:
-    """Per strategy, the theta-weighted percentiles of ``n_sources`` (``sources_p<q>``).
+def weighted_percentiles(
+    per_consumer: DataFrame, qs: Sequence[float], weight: str = "theta"
+) -> DataFrame:
+    """Per strategy, the ``weight``-weighted percentiles of ``n_sources`` (``sources_p<q>``).
 
     The distribution is grouped by n_sources first, so the window runs over a few rows per
     strategy, never over consumers."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    hist = per_consumer.groupBy("strategy", "n_sources").agg(exact_sum(F.col("theta")).alias("w"))
+    hist = per_consumer.groupBy("strategy", "n_sources").agg(exact_sum(F.col(weight)).alias("w"))
     w_cum = (
         Window.partitionBy("strategy")
         .orderBy("n_sources")
