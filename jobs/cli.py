@@ -173,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
         "warehouse",
     )
 
+    rp = sub.add_parser(
+        "evaluate",
+        parents=[common],
+        help="replay every strategy's plan of each day on the next day: realized against "
+        "predicted cost (eval/replay)",
+    )
+    rp.add_argument("--start", required=True, type=_date)
+    rp.add_argument("--end", required=True, type=_date)
+
     ev = sub.add_parser(
         "evaluate-rates", parents=[common], help="score rate forecasts on the next day"
     )
@@ -302,6 +311,13 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_import(args, settings)
     if verb == "report":
         return cmd_report(args, settings)
+    if verb == "evaluate":
+        from jobs import replay
+        from jobs.common.spark import build_session
+
+        spark = build_session(settings, "feedpipe-evaluate")
+        print(replay.summary(replay.evaluate(spark, settings, args.start, args.end)))
+        return 0
     if verb == "evaluate-rates":
         from jobs.common.spark import build_session
         from jobs.evaluate_rates import evaluate, summary

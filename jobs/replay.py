@@ -1,0 +1,189 @@
+"""``feedpipe evaluate``: replay each strategy's plan on the day after it was made.
+
+A plan is a prediction: the cost model (Chen & Zhou Eq. 3-5, ``jobs.selection.cost``) prices
+it with the rates estimated up to day d. The replay counts what serving day d+1's actual
+events and feed views with that plan would have cost:
+
+* pushes: each event of d+1 is written once into every personal feed that pushes its
+  producer and once into every shared view holding it (``H`` each: Eq. 4 with the realized
+  events in place of ``phi``);
+* pull reads: each feed view of d+1 by consumer c reads its ``|V_c|`` sources when it reads
+  more than one, none otherwise (``L`` each: Eq. 3 with the realized views in place of
+  ``theta``);
+* the latency proxy: the distribution of ``|V_c|`` over the feed views of d+1, each view
+  counted once.
+
+The plans are those the plan stage makes on d (``jobs.plan.strategy_plans``: the same inputs,
+the same edge plan of d-1 for hysteresis), for every enabled strategy, not only the served
+one. Predicted cost for the day is the plan's cost per hour times 24. One row per strategy
+goes to ``eval/replay/ds=d``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+from jobs.common.config import Settings
+from jobs.common.storage import Storage
+from jobs.common.tables import contract, read_partition, write_partition
+from jobs.stages import days
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+HOURS = 24.0
+
+
+def realized(
+    stacked: DataFrame,
+    members: DataFrame,
+    events: DataFrame,
+    views: DataFrame,
+    push_cost: float,
+    pull_cost: float,
+) -> DataFrame:
+    """Per strategy of ``stacked`` (assignments, ``feeding_frenzy.ASSIGNMENT_COLUMNS``):
+    events, feed_views, pushes, pull_reads, realized_cost and the view-weighted
+    ``sources_p50/95/99``. ``members``: strategy, view_id, producer_id of the shared views;
+    ``events`` and ``views``: the clean rows of the day served."""
+    from pyspark.sql import functions as F
+
+    from jobs.selection import cost
+
+    per_p = events.groupBy("producer_id").agg(F.count("*").alias("e"))
+    per_c = views.groupBy("consumer_id").agg(F.count("*").alias("n"))
+    pushed = (
+        stacked.where(F.col("mode") == "push")
+        .select("strategy", "producer_id")
+        .unionByName(members.select("strategy", "producer_id"))
+        .join(per_p, "producer_id")
+        .groupBy("strategy")
+        .agg(F.sum("e").alias("pushes"))
+    )
+    sources = cost.sources_per_consumer(stacked).join(per_c, "consumer_id")
+    reads = sources.groupBy("strategy").agg(
+        F.sum("n").alias("feed_views"),
+        F.sum(F.when(F.col("n_sources") > 1, F.col("n") * F.col("n_sources")).otherwise(0)).alias(
+            "pull_reads"
+        ),
+    )
+    pct = cost.weighted_percentiles(sources, (0.50, 0.95, 0.99), weight="n")
+    strategies = stacked.select("strategy").distinct()
+    n_events = events.agg(F.count("*").alias("events"))
+
+    def zero(name: str) -> Any:
+        return F.coalesce(F.col(name), F.lit(0)).cast("long").alias(name)
+
+    out = (
+        strategies.join(pushed, "strategy", "left")
+        .join(reads, "strategy", "left")
+        .join(pct, "strategy", "left")
+        .crossJoin(n_events)
+        .select(
+            "strategy",
+            "events",
+            zero("feed_views"),
+            zero("pushes"),
+            zero("pull_reads"),
+            "sources_p50",
+            "sources_p95",
+            "sources_p99",
+        )
+    )
+    return out.withColumn(
+        "realized_cost",
+        F.lit(float(push_cost)) * F.col("pushes") + F.lit(float(pull_cost)) * F.col("pull_reads"),
+    )
+
+
+def replay_day(spark: SparkSession, settings: Settings, d: dt.date) -> DataFrame:
+    """``eval/replay`` rows of day ``d`` (not written)."""
+    from pyspark.sql import functions as F
+
+    from jobs.plan import strategy_plans
+
+    wh = Storage.at(settings.warehouse)
+    nxt = d + dt.timedelta(days=1)
+    plans = strategy_plans(spark, settings, d)
+    events = read_partition(spark, wh, contract("clean", "events"), nxt)
+    views = read_partition(spark, wh, contract("clean", "views"), nxt)
+    real = realized(
+        plans.stacked, plans.members, events, views, settings.push_cost, settings.pull_cost
+    )
+    predicted = plans.costs.select(
+        "strategy", (F.col("total_cost") * F.lit(HOURS)).alias("predicted_cost")
+    )
+    served_c = contract("plan", "plan_cost")
+    if wh.is_dir(*served_c.parts(d)):
+        served = read_partition(spark, wh, served_c, d).select(
+            "strategy", F.col("chosen").alias("served")
+        )
+    else:
+        served = spark.createDataFrame([], "strategy string, served boolean")
+    error = F.try_divide(F.col("realized_cost"), F.col("predicted_cost")) - F.lit(1.0)
+    out = (
+        real.join(predicted, "strategy")
+        .join(served, "strategy", "left")
+        .select(
+            *real.columns,
+            "predicted_cost",
+            F.coalesce(F.col("served"), F.lit(False)).alias("served"),
+            error.alias("error"),
+            F.lit(float(settings.push_cost)).alias("push_cost"),
+            F.lit(float(settings.pull_cost)).alias("pull_cost"),
+        )
+    )
+    # one row per strategy: collected so the plans can be released before the write
+    rows = out.collect()
+    plans.release()
+    return spark.createDataFrame(rows, out.schema)
+
+
+def evaluate(
+    spark: SparkSession, settings: Settings, start: dt.date, end: dt.date
+) -> list[dict[str, Any]]:
+    """Replay days ``start``..``end``; a day is skipped (with a warning) unless its plan
+    inputs and the next day's clean events and views are there."""
+    wh = Storage.at(settings.warehouse)
+    events = set(wh.list_partitions("clean", "events"))
+    views = set(wh.list_partitions("clean", "views"))
+    rates = set(wh.list_partitions("rates", "consumer_rates"))
+    out_c = contract("eval", "replay")
+    results: list[dict[str, Any]] = []
+    for d in days(start, end):
+        nxt = d + dt.timedelta(days=1)
+        if d not in rates or nxt not in events or nxt not in views:
+            log.warning(
+                "skipping %s: it needs the rates of %s and the clean events and views of %s",
+                d,
+                d,
+                nxt,
+            )
+            continue
+        frame = replay_day(spark, settings, d)
+        write_partition(frame, wh, out_c, d)
+        results += [{"ds": d.isoformat(), **r.asDict()} for r in frame.collect()]
+    return results
+
+
+def summary(results: list[dict[str, Any]]) -> str:
+    """Per day and strategy: realized against predicted cost, and the latency proxy."""
+    lines = [
+        f"{'ds':<10} {'strategy':<20} {'served':<6} {'realized':>14} {'predicted':>14} "
+        f"{'error':>8} {'p50':>5} {'p95':>5} {'p99':>5}"
+    ]
+    for r in sorted(results, key=lambda r: (r["ds"], r["realized_cost"])):
+        err = "" if r["error"] is None else f"{r['error']:+.1%}"
+
+        def pct(x: float | None) -> str:
+            return "" if x is None else f"{x:g}"
+
+        lines.append(
+            f"{r['ds']:<10} {r['strategy']:<20} {'yes' if r['served'] else '':<6} "
+            f"{r['realized_cost']:>14,.1f} {r['predicted_cost']:>14,.1f} {err:>8} "
+            f"{pct(r['sources_p50']):>5} {pct(r['sources_p95']):>5} {pct(r['sources_p99']):>5}"
+        )
+    return "\n".join(lines)
