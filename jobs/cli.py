@@ -190,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", parents=[common], help="print a day's plan cost report")
     rep.add_argument("--ds", type=_date, help="day (default: the latest published day)")
+    rep.add_argument(
+        "--html",
+        action="store_true",
+        help="(re)write the day's HTML report, reports/ds=D/index.html, and print where it is",
+    )
 
     sub.add_parser("config", parents=[common], help="print the effective configuration")
     return parser
@@ -291,9 +296,18 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.report import text_report
+    from jobs.common.storage import Storage
+    from jobs.report import text_report, write_report
 
-    print(text_report(settings, _latest_or(args.ds, settings)))
+    ds = _latest_or(args.ds, settings)
+    if not args.html:
+        print(text_report(settings, ds))
+        return 0
+    written = write_report(Storage.at(settings.warehouse), ds)
+    if written is None:
+        print(f"no plan for {ds} in {settings.warehouse}", file=sys.stderr)
+        return 1
+    print(written)
     return 0
 
 

@@ -262,6 +262,11 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         "latency_share": rows[chosen].get("latency_share"),
         "inactive_consumers": rows[chosen].get("inactive_consumers"),
         "shared_view_parts": parts,
+        # the latency distribution of every strategy (cost.SOURCE_BUCKETS), for the report
+        "sources_hist": {
+            "buckets": [b[0] for b in cost.SOURCE_BUCKETS],
+            "shares": {s: r.get("sources_hist") for s, r in sorted(rows.items())},
+        },
     }
 
     log.info("plan %s: %s", ds, stats)

@@ -1,4 +1,5 @@
-"""Plain-text reports over a day's outputs (read with pyarrow, no Spark)."""
+"""Reports over a day's outputs, read with pyarrow (no Spark): the text report of
+``feedpipe report`` and the HTML page ``reports/ds=D/index.html``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 from jobs.common.config import Settings
 from jobs.common.storage import Storage, ds_dir
-from jobs.publish import dataset, is_published
+from jobs.publish import dataset, is_published, read_stage_records
 
 
 def plan_cost_rows(wh: Storage, ds: dt.date) -> list[dict]:
@@ -77,28 +78,202 @@ def report_days(wh: Storage) -> list[dt.date]:
 
 
 _STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+    "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:72em}"
     "table{border-collapse:collapse;margin:.5em 0 1.5em}"
     "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}"
     "th{background:#f3f3f3}td.l,th.l{text-align:left}tr.served{font-weight:bold}"
-    ".bar{display:inline-block;height:.8em;background:#4a7fb5}"
-    ".bar.pull{background:#e39b3a}.ok{color:#2a7d2a}.bad{color:#b22}"
+    ".ok{color:#2a7d2a}.bad{color:#b22}svg.chart{display:block;margin:.3em 0 1em}"
+    "svg.chart text{font-size:12px;fill:#333}.key{display:inline-block;width:.8em;height:.8em;"
+    "margin:0 .3em 0 1em;vertical-align:middle}"
 )
+# series colours (fill), shared by the charts and their legends
+_COLOURS = {
+    "maintenance": "#4a7fb5",
+    "evaluation": "#e39b3a",
+    "push": "#4a7fb5",
+    "pull": "#e39b3a",
+    "view": "#5aa469",
+    "latency": "#8e6bb8",
+    "served": "#4a7fb5",
+    "best pure": "#999999",
+    "realized": "#c0392b",
+}
+TREND_DAYS = 14
+"""Days of history in a report's trend (the day itself and the ones before it)."""
+FLASH_SHOWN = 20
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    return "" if x is None else f"{x:,.{digits}f}"
+
+
+def _legend(*names: str) -> str:
+    return (
+        "<p>"
+        + "".join(f"<span class='key' style='background:{_COLOURS[n]}'></span>{n}" for n in names)
+        + "</p>"
+    )
+
+
+def _bars(chart_id: str, rows: list[tuple[str, list[tuple[str, float]]]], digits: int = 1) -> str:
+    """Horizontal stacked bars as inline SVG: one bar per (label, [(series, value), ...]),
+    each segment a ``rect`` with its value in ``data-value`` and a tooltip."""
+    from html import escape
+
+    width, label_w, bar_w, row_h = 720, 190, 400, 22
+    top = max((sum(v for _, v in segs) for _, segs in rows), default=0.0) or 1.0
+    out = [
+        f"<svg class='chart' id='{chart_id}' width='{width}' height='{row_h * len(rows) + 6}' "
+        f"role='img' xmlns='http://www.w3.org/2000/svg'>"
+    ]
+    for i, (label, segs) in enumerate(rows):
+        y = 3 + i * row_h
+        out.append(f"<text x='0' y='{y + 15}'>{escape(label)}</text>")
+        x = float(label_w)
+        for series, v in segs:
+            w = bar_w * v / top
+            out.append(
+                f"<rect class='{series.replace(' ', '-')}' x='{x:.1f}' y='{y}' width='{w:.1f}' "
+                f"height='{row_h - 6}' fill='{_COLOURS[series]}' data-value='{v!r}'>"
+                f"<title>{escape(label)}, {series}: {_num(v, digits)}</title></rect>"
+            )
+            x += w
+        total = sum(v for _, v in segs)
+        out.append(f"<text x='{x + 6:.1f}' y='{y + 15}'>{_num(total, digits)}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _columns(chart_id: str, labels: list[str], values: list[float], series: str) -> str:
+    """Vertical bars (shares in [0, 1]) as inline SVG, labelled below and valued above."""
+    from html import escape
+
+    col_w, h, base = 60, 160, 180
+    top = max(values, default=0.0) or 1.0
+    out = [
+        f"<svg class='chart' id='{chart_id}' width='{col_w * len(labels) + 10}' height='210' "
+        f"role='img' xmlns='http://www.w3.org/2000/svg'>"
+    ]
+    for i, (label, v) in enumerate(zip(labels, values, strict=True)):
+        x, bh = 5 + i * col_w, h * v / top
+        out.append(
+            f"<rect class='{series}' x='{x + 8}' y='{base - bh:.1f}' width='{col_w - 16}' "
+            f"height='{bh:.1f}' fill='{_COLOURS[series]}' data-value='{v!r}'>"
+            f"<title>{escape(label)} sources: {100 * v:.1f}% of feed views</title></rect>"
+            f"<text x='{x + 8}' y='{base - bh - 4:.1f}'>{100 * v:.1f}%</text>"
+            f"<text x='{x + 8}' y='{base + 16}'>{escape(label)}</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _lines(chart_id: str, labels: list[str], series: dict[str, list[float | None]]) -> str:
+    """Lines over days as inline SVG: one ``polyline`` per series (gaps where a value is
+    missing split it), a ``circle`` per point with its value in ``data-value``."""
+    from html import escape
+
+    width, left, h, top_y = 720, 80, 170, 10
+    values = [v for vs in series.values() for v in vs if v is not None]
+    hi = max(values, default=1.0) * 1.05 or 1.0
+    step = (width - left - 20) / max(len(labels) - 1, 1)
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        return left + i * step, top_y + h * (1 - v / hi)
+
+    out = [
+        f"<svg class='chart' id='{chart_id}' width='{width}' height='{h + 50}' role='img' "
+        f"xmlns='http://www.w3.org/2000/svg'>",
+        f"<line x1='{left}' y1='{top_y + h}' x2='{width - 10}' y2='{top_y + h}' stroke='#999'/>",
+        f"<text x='0' y='{top_y + 10}'>{_num(hi, 0)}</text><text x='0' y='{top_y + h}'>0</text>",
+    ]
+    for i, label in enumerate(labels):
+        if len(labels) <= 8 or i % 2 == 0 or i == len(labels) - 1:
+            out.append(f"<text x='{left + i * step - 30:.1f}' y='{top_y + h + 18}'>{label}</text>")
+    for name, vs in series.items():
+        colour = _COLOURS[name]
+        runs: list[list[tuple[float, float]]] = [[]]
+        for i, v in enumerate(vs):
+            if v is None:
+                runs.append([])
+            else:
+                runs[-1].append(xy(i, v))
+        for r in (r for r in runs if r):
+            pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in r)
+            out.append(f"<polyline fill='none' stroke='{colour}' stroke-width='2' points='{pts}'/>")
+        for i, v in enumerate(vs):
+            if v is not None:
+                x, y = xy(i, v)
+                out.append(
+                    f"<circle class='{name.replace(' ', '-')}' cx='{x:.1f}' cy='{y:.1f}' r='4' "
+                    f"fill='{colour}' data-value='{v!r}'><title>{labels[i]}, {escape(name)}: "
+                    f"{_num(v)}</title></circle>"
+                )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def flash_producers(wh: Storage, ds: dt.date, limit: int = FLASH_SHOWN) -> tuple[int, list[dict]]:
+    """How many producers ``rates`` flagged as flash on ``ds`` and the ``limit`` busiest of
+    them (producer_id, n_today, forecast_prev, events_per_hour): only flagged rows are read."""
+    import pyarrow.compute as pc
+
+    parts = ("rates", "producer_rates", ds_dir(ds))
+    if not wh.is_dir(*parts):
+        return 0, []
+    cols = ["producer_id", "n_today", "forecast_prev", "events_per_hour"]
+    flagged = dataset(wh, *parts).to_table(columns=cols, filter=pc.field("flash"))
+    top = flagged.sort_by([("n_today", "descending"), ("producer_id", "ascending")])
+    return flagged.num_rows, top.slice(0, limit).to_pylist()
+
+
+def _pure(rows: list[dict]) -> float | None:
+    return min(
+        (r["total_cost"] for r in rows if r["strategy"] in ("push-all", "pull-all")), default=None
+    )
+
+
+def trend_rows(wh: Storage, ds: dt.date, days: int = TREND_DAYS) -> list[dict]:
+    """The served and best pure cost per hour of ``ds`` and the days before it that have a
+    plan (up to ``days``, oldest first), with what the served plan realized on the next day
+    where ``feedpipe evaluate`` has replayed it (per hour, like the plan cost)."""
+    out = []
+    for d in sorted(x for x in report_days(wh) if x <= ds)[-days:]:
+        rows = plan_cost_rows(wh, d)
+        served = next((r for r in rows if r["chosen"]), None)
+        realized = None
+        if served is not None and wh.is_dir("eval", "replay", ds_dir(d)):
+            for r in dataset(wh, "eval", "replay", ds_dir(d)).to_table().to_pylist():
+                if r["strategy"] == served["strategy"] and r["realized_cost"] is not None:
+                    realized = r["realized_cost"] / 24.0
+        out.append(
+            {
+                "ds": d,
+                "strategy": served["strategy"] if served else None,
+                "served": served["total_cost"] if served else None,
+                "best_pure": _pure(rows),
+                "realized": realized,
+                "published": is_published(wh, d),
+            }
+        )
+    return out
 
 
 def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -> str:
-    """One day as an HTML page: plan cost by strategy, the push/pull split, input accounting
-    and the data-quality outcome. ``links`` maps labels to URLs shown at the top."""
+    """One day as a self-contained HTML page (inline SVG charts, no scripts): plan cost by
+    strategy, the push/pull split, the latency distribution, flash producers, input
+    accounting, the data-quality outcome and the trend over the previous days. ``links`` maps
+    labels to URLs shown at the top."""
     from html import escape
 
     if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
         raise FileNotFoundError(f"no plan for {ds} in {wh.uri()}")
     rows = plan_cost_rows(wh, ds)
-    pure = min(
-        (r["total_cost"] for r in rows if r["strategy"] in ("push-all", "pull-all")), default=None
-    )
+    pure = _pure(rows)
+    served = next((r for r in rows if r["chosen"]), None)
     published = is_published(wh, ds)
+    records = read_stage_records(wh, ds)
     nav = " · ".join(f'<a href="{escape(u)}">{escape(t)}</a>' for t, u in (links or {}).items())
+    h, el = (rows[0]["push_cost"], rows[0]["pull_cost"]) if rows else (None, None)
     out = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>feedpipe {ds}</title><style>{_STYLE}</style></head><body>",
@@ -106,39 +281,78 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         f"<h1>feedpipe, {ds}</h1>",
         f"<p id='status' class='{'ok' if published else 'bad'}'>"
         f"{'published' if published else 'not published'}</p>",
+        f"<p id='served'>served plan: <b>{escape(served['strategy']) if served else 'none'}"
+        f"</b>, H = {h:g}, L = {el:g}</p>"
+        if h is not None
+        else "",
         "<h2>Plan cost by strategy</h2>",
-        "<p>Modeled cost per hour: H per event pushed into a view, L per source read at view "
-        "time (docs/cost-model.md).</p>",
+        "<p>Modeled cost per hour: H per event pushed into a view (maintenance), L per source "
+        "read at view time (evaluation); see docs/cost-model.md.</p>",
+        _legend("maintenance", "evaluation"),
+        _bars(
+            "chart-cost",
+            [
+                (
+                    r["strategy"],
+                    [
+                        ("maintenance", r["maintenance_cost"] or 0.0),
+                        ("evaluation", r["evaluation_cost"] or 0.0),
+                    ],
+                )
+                for r in rows
+            ],
+        ),
         "<table id='plan-cost'><tr><th class='l'>strategy</th><th>total</th><th>maintenance"
         "</th><th>evaluation</th><th>vs best pure</th><th>push edges</th><th>pull edges</th>"
-        "<th class='l'>push / pull</th><th>views</th><th>sources p95</th></tr>",
+        "<th>view edges</th><th>views</th><th>mode changes</th></tr>",
     ]
     for r in rows:
         rel = f"{100 * (r['total_cost'] / pure - 1):+.1f}%" if pure else "n/a"
-        edges = (r["push_edges"] or 0) + (r["pull_edges"] or 0)
-        push_w = round(120 * (r["push_edges"] or 0) / edges) if edges else 0
-        bars = (
-            f"<span class='bar' style='width:{push_w}px'></span>"
-            f"<span class='bar pull' style='width:{120 - push_w if edges else 0}px'></span>"
-        )
-        p95 = r.get("sources_p95")
-        served = "served" if r["chosen"] else ""
         out.append(
-            f"<tr class='{served}' data-strategy='{escape(r['strategy'])}'>"
+            f"<tr class='{'served' if r['chosen'] else ''}' "
+            f"data-strategy='{escape(r['strategy'])}'>"
             f"<td class='l'>{escape(r['strategy'])}{' (served)' if r['chosen'] else ''}</td>"
             f"<td>{r['total_cost']:.1f}</td><td>{r['maintenance_cost']:.1f}</td>"
             f"<td>{r['evaluation_cost']:.1f}</td><td>{rel}</td>"
-            f"<td>{r['push_edges']}</td><td>{r['pull_edges']}</td><td class='l'>{bars}</td>"
-            f"<td>{r['views']}</td><td>{'' if p95 is None else f'{p95:g}'}</td></tr>"
+            f"<td>{r['push_edges']}</td><td>{r['pull_edges']}</td><td>{r['view_edges']}</td>"
+            f"<td>{r['views']}</td><td>{r['mode_changes']}</td></tr>"
         )
     out.append("</table>")
 
+    out.append("<h2>Push / pull split</h2><p>Follow edges by how they are delivered.</p>")
+    out.append(_legend("push", "pull", "view"))
+    out.append(
+        _bars(
+            "chart-split",
+            [
+                (
+                    r["strategy"],
+                    [
+                        ("push", float(r["push_edges"] or 0)),
+                        ("pull", float(r["pull_edges"] or 0)),
+                        ("view", float(r["view_edges"] or 0)),
+                    ],
+                )
+                for r in rows
+            ],
+            digits=0,
+        )
+    )
+
+    out.append(_latency(rows, served, records.get("plan", {}).get("sources_hist")))
+    out.append(_flash(wh, ds, records.get("rates", {})))
+    out.append(_trend(trend_rows(wh, ds)))
+
     manifest = ("manifests", ds_dir(ds), "manifest.json")
-    if wh.exists(*manifest):
-        m = json.loads(wh.read_text(*manifest))
+    accounting = (
+        json.loads(wh.read_text(*manifest)).get("input", {})
+        if wh.exists(*manifest)
+        else records.get("ingest", {}).get("tables", {})
+    )
+    if accounting:
         out.append("<h2>Input</h2><table id='input'><tr><th class='l'>table</th><th>rows in</th>")
         out.append("<th>clean</th><th>duplicates</th><th>quarantined</th></tr>")
-        for table, c in m.get("input", {}).items():
+        for table, c in accounting.items():
             out.append(
                 f"<tr><td class='l'>{escape(table)}</td><td>{c['rows_in']}</td>"
                 f"<td>{c['clean']}</td><td>{c['duplicates']}</td><td>{c['quarantined']}</td></tr>"
@@ -155,7 +369,8 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append(
             f"<p id='quality' class='{'ok' if ok else 'bad'}'>"
             f"{'all suites passed' if ok else 'validation FAILED'}</p>"
-            "<table><tr><th class='l'>suite</th><th>expectations</th><th>failed</th></tr>"
+            "<table id='quality-suites'><tr><th class='l'>suite</th><th>expectations</th>"
+            "<th>failed</th></tr>"
         )
         for name, s in sorted(q.get("suites", {}).items()):
             failed = ", ".join(escape(f["expectation"]) for f in s.get("failed", []))
@@ -166,3 +381,111 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append("</table>")
     out.append("</body></html>")
     return "\n".join(x for x in out if x)
+
+
+def _latency(rows: list[dict], served: dict | None, hist: dict | None) -> str:
+    from html import escape
+
+    out = [
+        "<h2>Latency</h2><p>Sources read per feed view (the latency proxy), weighted by how "
+        "often each consumer views its feed.</p>"
+    ]
+    shares = (hist or {}).get("shares", {}).get(served["strategy"]) if served else None
+    if shares:
+        out.append(f"<p>Distribution under the served plan ({escape(served['strategy'])}):</p>")  # type: ignore[index]
+        out.append(_columns("chart-latency", hist["buckets"], shares, "latency"))  # type: ignore[index]
+    out.append(
+        "<table id='latency'><tr><th class='l'>strategy</th><th>p50</th><th>p95</th><th>p99</th>"
+        "<th>views within target</th><th>target met</th><th>views reading a pull</th></tr>"
+    )
+    for r in rows:
+        share = r.get("latency_share")
+        pulls = r.get("pull_view_share")
+        out.append(
+            f"<tr class='{'served' if r['chosen'] else ''}'>"
+            f"<td class='l'>{escape(r['strategy'])}</td>"
+            + "".join(
+                f"<td>{'' if r[c] is None else f'{r[c]:g}'}</td>"
+                for c in ("sources_p50", "sources_p95", "sources_p99")
+            )
+            + f"<td>{'' if share is None else f'{100 * share:.1f}%'}</td>"
+            f"<td>{'yes' if r.get('latency_met') else 'no'}</td>"
+            f"<td>{'' if pulls is None else f'{100 * pulls:.1f}%'}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _flash(wh: Storage, ds: dt.date, rates_record: dict) -> str:
+    from html import escape
+
+    n, top = flash_producers(wh, ds)
+    out = [
+        "<h2>Flash producers</h2>",
+        f"<p id='flash'>{n} producer(s) flagged: more events on the day than the upper end "
+        "of the previous day's forecast interval allows; their rate is raised to the day's "
+        "(docs/rates.md).</p>",
+    ]
+    if rates_record and rates_record.get("flash_producers") not in (None, n):
+        out.append("<p class='bad'>the rates stage recorded a different count</p>")
+    if top:
+        out.append(
+            "<table id='flash-producers'><tr><th class='l'>producer</th><th>events on the day"
+            "</th><th>forecast per hour</th><th>seen per hour</th><th>new rate per hour</th></tr>"
+        )
+        for r in top:
+            out.append(
+                f"<tr><td class='l'>{escape(r['producer_id'])}</td><td>{r['n_today']}</td>"
+                f"<td>{_num(r['forecast_prev'], 3)}</td><td>{_num(r['n_today'] / 24, 3)}</td>"
+                f"<td>{_num(r['events_per_hour'], 3)}</td></tr>"
+            )
+        out.append("</table>")
+        if n > len(top):
+            out.append(f"<p>and {n - len(top)} more</p>")
+    return "\n".join(out)
+
+
+def _trend(trend: list[dict]) -> str:
+    labels = [t["ds"].isoformat()[5:] for t in trend]
+    series: dict[str, list[float | None]] = {
+        "served": [t["served"] for t in trend],
+        "best pure": [t["best_pure"] for t in trend],
+    }
+    if any(t["realized"] is not None for t in trend):
+        series["realized"] = [t["realized"] for t in trend]
+    out = [
+        f"<h2>Trend</h2><p>Cost per hour over the last {len(trend)} planned day(s): the "
+        "served plan as modeled, the best pure strategy, and (where <code>feedpipe evaluate"
+        "</code> has run) what the served plan realized on the next day.</p>",
+        _legend(*series),
+        _lines("chart-trend", labels, series),
+        "<table id='trend'><tr><th class='l'>day</th><th class='l'>served</th><th>modeled</th>"
+        "<th>best pure</th><th>vs best pure</th><th>realized</th><th class='l'>published</th>"
+        "</tr>",
+    ]
+    for t in reversed(trend):
+        rel = (
+            f"{100 * (t['served'] / t['best_pure'] - 1):+.1f}%"
+            if t["served"] is not None and t["best_pure"]
+            else ""
+        )
+        out.append(
+            f"<tr><td class='l'>{t['ds']}</td><td class='l'>{t['strategy'] or ''}</td>"
+            f"<td>{_num(t['served'])}</td><td>{_num(t['best_pure'])}</td><td>{rel}</td>"
+            f"<td>{_num(t['realized'])}</td><td class='l'>{'yes' if t['published'] else 'no'}"
+            "</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def report_path(ds: dt.date) -> tuple[str, str, str]:
+    return ("reports", ds_dir(ds), "index.html")
+
+
+def write_report(wh: Storage, ds: dt.date) -> str | None:
+    """Write ``reports/ds=D/index.html`` (replacing it whole); None when ``ds`` has no plan."""
+    if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
+        return None
+    wh.write_text(html_report(wh, ds), *report_path(ds))
+    return wh.uri(*report_path(ds))

@@ -74,7 +74,11 @@ def run_stage(
         elif stage == "materialize":
             result = materialize.run(spark, settings, ds, full_refresh=full_refresh)
         else:
-            result = validate.run(spark, settings, ds)
+            try:
+                result = validate.run(spark, settings, ds)
+            except validate.ValidationFailed:
+                _report(wh, ds)  # the failed day's report shows what failed
+                raise
     result = {**result, "seconds": round(time.monotonic() - started, 2)}
     if stage != "publish":
         wh.write_text(
@@ -85,7 +89,21 @@ def run_stage(
             f"{stage}.json",
         )
     log.info("%s %s done in %.1fs", stage, ds, result["seconds"])
+    if stage in REPORTED:
+        _report(wh, ds)
     return result
+
+
+REPORTED = ("plan", "materialize", "validate", "publish")
+"""Stages after which the day's report (``reports/ds=D/index.html``) is written again."""
+
+
+def _report(wh: Storage, ds: dt.date) -> None:
+    from jobs.report import write_report
+
+    written = write_report(wh, ds)
+    if written:
+        log.info("report %s: %s", ds, written)
 
 
 def run_day(

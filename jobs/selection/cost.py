@@ -67,10 +67,26 @@ def sources_per_consumer(assignments: DataFrame) -> DataFrame:
     )
 
 
+SOURCE_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
+    ("0-1", 0, 1),
+    ("2", 2, 2),
+    ("3", 3, 3),
+    ("4", 4, 4),
+    ("5-8", 5, 8),
+    ("9-16", 9, 16),
+    ("17-32", 17, 32),
+    ("33-64", 33, 64),
+    ("65+", 65, None),
+)
+"""Buckets of sources read per feed view (label, lowest, highest) of ``sources_hist``."""
+
+
 def weighted_percentiles(
     per_consumer: DataFrame, qs: Sequence[float], weight: str = "theta"
 ) -> DataFrame:
-    """Per strategy, the ``weight``-weighted percentiles of ``n_sources`` (``sources_p<q>``).
+    """Per strategy, the ``weight``-weighted percentiles of ``n_sources`` (``sources_p<q>``)
+    and ``sources_hist``: the weighted share of feed views in each of :data:`SOURCE_BUCKETS`
+    (an array in bucket order; the latency distribution of the reports).
 
     The distribution is grouped by n_sources first, so the window runs over a few rows per
     strategy, never over consumers."""
@@ -91,7 +107,14 @@ def weighted_percentiles(
         .alias(f"sources_p{round(q * 100)}")
         for q in qs
     ]
-    return cdf.groupBy("strategy").agg(*aggs)
+    n = F.col("n_sources")
+
+    def share(low: int, high: int | None) -> Column:
+        inside = (n >= low) if high is None else n.between(low, high)
+        return F.round(F.try_divide(F.sum(F.when(inside, F.col("w"))), F.sum("w")), 6)
+
+    hist_col = F.array(*[F.coalesce(share(lo, hi), F.lit(0.0)) for _, lo, hi in SOURCE_BUCKETS])
+    return cdf.groupBy("strategy").agg(*aggs, hist_col.alias("sources_hist"))
 
 
 @dataclass(frozen=True)
@@ -186,6 +209,7 @@ def plan_costs(
             "sources_p50",
             "sources_p95",
             "sources_p99",
+            "sources_hist",
             F.lit(H).alias("push_cost"),
             F.lit(L).alias("pull_cost"),
         )
