@@ -177,10 +177,25 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate",
         parents=[common],
         help="replay every strategy's plan of each day on the next day: realized against "
-        "predicted cost (eval/replay)",
+        "predicted cost (eval/replay); or, with --experiment, reproduce a paper's experiment",
     )
-    rp.add_argument("--start", required=True, type=_date)
-    rp.add_argument("--end", required=True, type=_date)
+    rp.add_argument("--start", type=_date, help="first day to replay")
+    rp.add_argument("--end", type=_date, help="last day to replay")
+    rp.add_argument(
+        "--experiment",
+        help="instead of a replay: all, or one of ff-fig4 (cost vs query:event ratio), "
+        "ff-fig5 (skew), ff-fig6 (push threshold vs latency), ff-fig9 (fan-out), "
+        "ff-fig10 (flash event), on generated ff2010 workloads (docs/evaluation.md)",
+    )
+    rp.add_argument(
+        "--scale", type=float, default=0.05, help="experiment workload scale (default 0.05)"
+    )
+    rp.add_argument("--seed", type=int, default=7, help="experiment workload seed")
+    rp.add_argument(
+        "--out",
+        default="var/experiments",
+        help="folder for the experiment's NAME.csv, NAME.png and NAME.md (default var/experiments)",
+    )
 
     ev = sub.add_parser(
         "evaluate-rates", parents=[common], help="score rate forecasts on the next day"
@@ -311,6 +326,30 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from jobs import experiments
+    from jobs.common.spark import build_session
+
+    if args.experiment != "all" and args.experiment not in experiments.EXPERIMENTS:
+        known = ", ".join(experiments.EXPERIMENTS)
+        print(
+            f"feedpipe evaluate: unknown experiment {args.experiment!r}; one of: all, {known}",
+            file=sys.stderr,
+        )
+        return 2
+    spark = build_session(settings, f"feedpipe-experiment-{args.experiment}")
+    failed = []
+    for r in experiments.run(spark, args.experiment, Path(args.out), args.scale, args.seed):
+        print(r.markdown(), f"\nwritten: {r.files['md']}, {r.files['png']}\n", sep="")
+        if not r.holds:
+            failed.append(r.name)
+    if failed:
+        print(f"the paper's finding does not hold here for: {', '.join(failed)}")
+    return 0
+
+
 def dispatch(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     verb = args.verb
@@ -329,6 +368,14 @@ def dispatch(args: argparse.Namespace) -> int:
         from jobs import replay
         from jobs.common.spark import build_session
 
+        if args.experiment:
+            return cmd_experiment(args, settings)
+        if args.start is None or args.end is None:
+            print(
+                "feedpipe evaluate: --start and --end are required (or --experiment)",
+                file=sys.stderr,
+            )
+            return 2
         spark = build_session(settings, "feedpipe-evaluate")
         print(replay.summary(replay.evaluate(spark, settings, args.start, args.end)))
         return 0

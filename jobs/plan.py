@@ -135,7 +135,6 @@ def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plan
     """The plans of every enabled strategy from the data of day ``ds``: its follow graph and
     rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis). The plan
     stage serves one of them; ``feedpipe evaluate`` replays them all on the next day."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     wh = Storage.at(settings.warehouse)
@@ -146,14 +145,26 @@ def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plan
     prev = ds - dt.timedelta(days=1)
     current = read_partition(spark, wh, ep_c, prev) if wh.is_dir(*ep_c.parts(prev)) else None
     cr = cr.withColumn("active", latency.consumer_activity(F.lit(ds), settings.inactive_after_days))
-    edges = feeding_frenzy.edge_inputs(follows, pr, cr, current).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    edges = feeding_frenzy.edge_inputs(follows, pr, cr, current)
+    phi = pr.select("producer_id", F.col("events_per_hour").alias("phi"))
+    return plans_of(edges, settings, phi)
+
+
+def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None) -> Plans:
+    """Every enabled strategy's plan of the follow edges ``edges``
+    (``feeding_frenzy.edge_inputs``), priced with the cost model; ``edges`` is kept until
+    :meth:`Plans.release`. ``phi``: producer_id, phi of the shared views' producers (default:
+    the edges' own)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
     timings: dict[str, dict[str, float]] = {}
     stacked, part_rows = assignments(edges, settings, timings)
 
     stacked = stacked.persist(StorageLevel.MEMORY_AND_DISK)
-    phi = pr.select("producer_id", F.col("events_per_hour").alias("phi"))
+    if phi is None:
+        phi = edges.select("producer_id", "phi").distinct()
     shared_members = (
         part_rows.where(F.col("kind") == "m")
         .select("strategy", F.col("source_id").alias("view_id"), "producer_id")
