@@ -165,7 +165,9 @@ def evaluate(
             continue
         frame = replay_day(spark, settings, d)
         write_partition(frame, wh, out_c, d)
-        results += [{"ds": d.isoformat(), **r.asDict()} for r in frame.collect()]
+        rows = [{"ds": d.isoformat(), **r.asDict()} for r in frame.collect()]
+        log.info("replayed %s on %s: %d strategies", d, nxt, len(rows))
+        results += rows
     return results
 
 

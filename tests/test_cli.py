@@ -61,3 +61,10 @@ def test_errors_are_one_line_not_a_traceback(tmp_path):
     )
     bad_date = feedpipe("rates", "--ds", "yesterday")
     assert bad_date.returncode == 2 and "not a date" in bad_date.stderr
+    no_range = feedpipe("evaluate", "--warehouse", str(tmp_path))
+    assert no_range.returncode == 2 and "--start and --end are required" in no_range.stderr
+    unknown = feedpipe("evaluate", "--experiment", "ff-fig99")
+    assert unknown.returncode == 2 and "unknown experiment 'ff-fig99'" in unknown.stderr
+    assert "ff-fig10" in unknown.stderr and "Traceback" not in unknown.stderr
+    no_plan = feedpipe("report", "--html", "--ds", "2026-01-01", "--warehouse", str(tmp_path))
+    assert no_plan.returncode == 1 and "no plan for 2026-01-01" in no_plan.stderr
