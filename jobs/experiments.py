@@ -163,6 +163,13 @@ class Result:
     holds: bool
     files: dict[str, str] = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def of(
+        cls, name: str, title: str, rows: list[dict[str, Any]], finding: str, holds: bool
+    ) -> Result:
+        """A result whose columns are its rows' keys."""
+        return cls(name, title, list(rows[0]), rows, finding, holds)
+
     def markdown(self) -> str:
         head = "| " + " | ".join(self.columns) + " |"
         sep = "|" + "---|" * len(self.columns)
@@ -184,21 +191,22 @@ def _gain(hybrid: float, best_pure: float) -> float:
     return 100.0 * (1.0 - hybrid / best_pure)
 
 
+def pure_and_hybrid(spark: SparkSession, w: Workload) -> tuple[dict[str, float], dict]:
+    """PushAll's, PullAll's and the hybrid's (FF-PerPair) cost, and the hybrid's gain over
+    the better pure strategy; with the cost rows of all three."""
+    c = price(spark, w, ("push-all", "pull-all", "ff-per-pair"))
+    push, pull, hyb = (c[s]["total_cost"] for s in ("push-all", "pull-all", "ff-per-pair"))
+    row = {"push-all": push, "pull-all": pull, "hybrid": hyb, "gain %": _gain(hyb, min(push, pull))}
+    return row, c
+
+
 def fig4(spark: SparkSession, base: Workload) -> Result:
     rows = []
     for ratio in (1, 2, 4, 8, 16, 24, 32):
-        c = price(spark, base.with_ratio(ratio), ("push-all", "pull-all", "ff-per-pair"))
-        push, pull, hyb = (c[s]["total_cost"] for s in ("push-all", "pull-all", "ff-per-pair"))
-        rows.append(
-            {
-                "ratio": ratio,
-                "push-all": push,
-                "pull-all": pull,
-                "hybrid": hyb,
-                "gain %": _gain(hyb, min(push, pull)),
-                "pushed edges %": 100.0 * c["ff-per-pair"]["push_edges"] / len(base.consumers),
-            }
-        )
+        row, c = pure_and_hybrid(spark, base.with_ratio(ratio))
+        edges = len(base.consumers)
+        pushed = 100.0 * c["ff-per-pair"]["push_edges"] / edges
+        rows.append({"ratio": ratio, **row, "pushed edges %": pushed})
     holds = all(r["hybrid"] <= min(r["push-all"], r["pull-all"]) + 1e-6 for r in rows)
     flips = (
         rows[0]["push-all"] > rows[0]["pull-all"] and rows[-1]["push-all"] < rows[-1]["pull-all"]
@@ -212,10 +220,9 @@ def fig4(spark: SparkSession, base: Workload) -> Result:
         "strategy wins everywhere; the hybrid pushes more edges as views grow "
         f"({rows[0]['pushed edges %']:.0f}% to {rows[-1]['pushed edges %']:.0f}%)"
     )
-    return Result(
+    return Result.of(
         "ff-fig4",
         "Feeding Frenzy Figure 4: cost against the query:event ratio",
-        list(rows[0]),
         rows,
         finding,
         holds and flips,
@@ -231,17 +238,7 @@ def fig5(spark: SparkSession, profile: Profile, seed: int) -> Result:
     for skew in (0.0, 0.5, 1.0, 1.5, 2.0):
         p = dataclasses.replace(profile, event_zipf=skew, view_zipf=skew)
         w = Workload.draw(p, seed).with_ratio(16)
-        c = price(spark, w, ("push-all", "pull-all", "ff-per-pair"))
-        push, pull, hyb = (c[s]["total_cost"] for s in ("push-all", "pull-all", "ff-per-pair"))
-        rows.append(
-            {
-                "zipf": skew,
-                "push-all": push,
-                "pull-all": pull,
-                "hybrid": hyb,
-                "gain %": _gain(hyb, min(push, pull)),
-            }
-        )
+        rows.append({"zipf": skew, **pure_and_hybrid(spark, w)[0]})
     best = all(r["hybrid"] <= min(r["push-all"], r["pull-all"]) + 1e-6 for r in rows)
     gains = [r["gain %"] for r in rows]
     grows = gains[-1] > gains[0] and all(b >= a - 1.0 for a, b in itertools.pairwise(gains))
@@ -251,10 +248,9 @@ def fig5(spark: SparkSession, profile: Profile, seed: int) -> Result:
         + ", ".join(f"{g:.1f}% at {r['zipf']:g}" for g, r in zip(gains[1:], rows[1:], strict=True))
         + " (the paper: from 14% at moderate to 30% at high skew)"
     )
-    return Result(
+    return Result.of(
         "ff-fig5",
         "Feeding Frenzy Figure 5: cost against rate skew (16:1)",
-        list(rows[0]),
         rows,
         finding,
         best and grows,
@@ -289,10 +285,9 @@ def fig6(spark: SparkSession, base: Workload) -> Result:
         "a lower threshold buys latency with cost"
     )
     holds = monotone and cheapest["cost"] < rows[0]["cost"] and cheapest["cost"] < rows[-1]["cost"]
-    return Result(
+    return Result.of(
         "ff-fig6",
         "Feeding Frenzy Figure 6: push threshold against latency and cost (16:1)",
-        list(rows[0]),
         rows,
         finding,
         holds,
@@ -333,10 +328,9 @@ def fig9(spark: SparkSession, profile: Profile, seed: int) -> Result:
         f"within {min(share):.1f}% to {max(share):.1f}%: the per-pair decisions do not change, "
         "there are more pairs to serve"
     )
-    return Result(
+    return Result.of(
         "ff-fig9",
         "Feeding Frenzy Figure 9: cost against fan-out (uniform graph, 4:1)",
-        list(rows[0]),
         rows,
         finding,
         holds,
@@ -391,10 +385,9 @@ def fig10(spark: SparkSession, base: Workload, seed: int) -> Result:
         f"over the baseline; re-planned at the new rates it is {after:+.1f}%, the flash "
         "producers' pairs moved to pull (the paper: nearly back to the pre-flash level)"
     )
-    return Result(
+    return Result.of(
         "ff-fig10",
         "Feeding Frenzy Figure 10: a flash event, before, during and after adapting (16:1)",
-        list(rows[0]),
         rows,
         finding,
         holds,
