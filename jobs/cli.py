@@ -185,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--experiment",
         help="instead of a replay: all, or one of ff-fig4 (cost vs query:event ratio), "
         "ff-fig5 (skew), ff-fig6 (push threshold vs latency), ff-fig9 (fan-out), "
-        "ff-fig10 (flash event), on generated ff2010 workloads (docs/evaluation.md)",
+        "ff-fig10 (flash event) on generated ff2010 workloads; cz-fig4b (data size), "
+        "cz-fig6a..d (follow-set skew, feed skew, query/update ratio, following size) on "
+        "cz2015 workloads (docs/evaluation.md)",
     )
     rp.add_argument(
         "--scale", type=float, default=0.05, help="experiment workload scale (default 0.05)"

@@ -22,8 +22,14 @@ holds here), and returns the same.
   post ``FLASH_FACTOR`` times faster and gain followers (fan-out 100); cost before, during
   (the old plan, new edges planned at the old rates) and after re-planning at the new rates.
 
-Chen & Zhou's experiments (their Figures 4b and 6) come with the shared-view strategies at
-scale; ``bench/shared_views_skew.py`` prices Figure 6b's skew sweep meanwhile.
+Chen & Zhou (ICDE 2015, Section V.C) on ``cz2015`` workloads, every strategy including
+Greedy, Hierarchy-1 and Hierarchy-2 as the plan stage runs them (in parts, with the
+FF-PerPair guard; docs/shared-views.md):
+
+* ``cz-fig4b``: cost against data size (half, once and twice ``--scale``);
+* ``cz-fig6a`` / ``cz-fig6b``: against the skew of follow-set sizes / feed popularity;
+* ``cz-fig6c``: against the query/update ratio (update rates varied, as in the paper);
+* ``cz-fig6d``: against the average following size.
 """
 
 from __future__ import annotations
@@ -394,19 +400,127 @@ def fig10(spark: SparkSession, base: Workload, seed: int) -> Result:
     )
 
 
+CZ_STRATEGIES = (
+    "push-all",
+    "pull-all",
+    "ff-consumer",
+    "ff-per-pair",
+    "cz-greedy",
+    "cz-hierarchy1",
+    "cz-hierarchy2",
+)
+
+
+def cz_sweep(
+    spark: SparkSession,
+    name: str,
+    title: str,
+    param: str,
+    values: tuple[float, ...],
+    make: Callable[[float], Workload],
+) -> Result:
+    """Chen & Zhou's Section V.C: every strategy's cost at each value of one workload
+    parameter, and Hierarchy-2 against FF-PerPair and Hierarchy-1. The paper's finding in
+    each of these figures is that Hierarchy-2 is the cheapest everywhere."""
+    rows = []
+    for v in values:
+        w = make(v)
+        c = price(spark, w, CZ_STRATEGIES)
+        cost = {s: c[s]["total_cost"] for s in CZ_STRATEGIES}
+        rows.append(
+            {
+                param: v,
+                "edges": len(w.consumers),
+                **cost,
+                "H2 vs FF-PerPair %": 100.0 * (cost["cz-hierarchy2"] / cost["ff-per-pair"] - 1),
+                "H2 vs H1 %": 100.0 * (cost["cz-hierarchy2"] / cost["cz-hierarchy1"] - 1),
+            }
+        )
+    cheapest = [min(CZ_STRATEGIES, key=lambda s: r[s]) for r in rows]
+    h2_wins = sum(r["cz-hierarchy2"] <= min(r[s] for s in CZ_STRATEGIES) + 1e-6 for r in rows)
+    vs_ff = [r["H2 vs FF-PerPair %"] for r in rows]
+    finding = (
+        f"Hierarchy-2 is the cheapest at {h2_wins} of {len(rows)} points (cheapest: "
+        + ", ".join(f"{c} at {r[param]:g}" for c, r in zip(cheapest, rows, strict=True))
+        + f"); against FF-PerPair it is {min(vs_ff):+.1f}% to {max(vs_ff):+.1f}% "
+        f"(mean {sum(vs_ff) / len(vs_ff):+.1f}%; the paper: about -16% to -18% on average)"
+    )
+    return Result.of(name, title, rows, finding, h2_wins == len(rows))
+
+
+def _cz(profile: Profile, seed: int, **changes: float) -> Workload:
+    return Workload.draw(dataclasses.replace(profile, **changes), seed)  # type: ignore[arg-type]
+
+
+def cz_experiments(
+    spark: SparkSession, profile: Profile, seed: int, scale: float
+) -> dict[str, Callable[[], Result]]:
+    """Chen & Zhou's Figure 4b (data size) and Figure 6a-d on ``cz2015`` workloads."""
+    base = Workload.draw(profile, seed)
+    return {
+        "cz-fig4b": lambda: cz_sweep(
+            spark,
+            "cz-fig4b",
+            "Chen & Zhou Figure 4b: cost against data size",
+            "size",
+            (0.5, 1.0, 2.0),
+            lambda x: Workload.draw(scaled(PROFILES["cz2015"], scale * x), seed),
+        ),
+        "cz-fig6a": lambda: cz_sweep(
+            spark,
+            "cz-fig6a",
+            "Chen & Zhou Figure 6a: cost against the skew of follow-set sizes",
+            "zipf",
+            (0.2, 0.62, 1.0, 1.4),
+            lambda x: _cz(profile, seed, fan_in_zipf=x),
+        ),
+        "cz-fig6b": lambda: cz_sweep(
+            spark,
+            "cz-fig6b",
+            "Chen & Zhou Figure 6b: cost against the skew of feed popularity",
+            "zipf",
+            (0.39, 0.8, 1.2, 1.43),
+            lambda x: _cz(profile, seed, fan_out_zipf=x),
+        ),
+        "cz-fig6c": lambda: cz_sweep(
+            spark,
+            "cz-fig6c",
+            "Chen & Zhou Figure 6c: cost against the query/update ratio",
+            "ratio",
+            (1.0, 5.0, 15.0, 30.0),
+            # the paper keeps the query rates and varies the update rates
+            lambda x: dataclasses.replace(base, phi=base.phi * (base.ratio() / x)),
+        ),
+        "cz-fig6d": lambda: cz_sweep(
+            spark,
+            "cz-fig6d",
+            "Chen & Zhou Figure 6d: cost against following size",
+            "feeds per user",
+            (3.0, 6.5, 13.0, 26.0),
+            lambda x: _cz(profile, seed, producers_per_consumer=x),
+        ),
+    }
+
+
 EXPERIMENTS: dict[str, str] = {
     "ff-fig4": "cost vs query:event ratio (PushAll, PullAll, hybrid)",
     "ff-fig5": "cost vs rate skew",
     "ff-fig6": "push threshold vs latency and cost",
     "ff-fig9": "cost vs fan-out",
     "ff-fig10": "flash event: before, during, after",
+    "cz-fig4b": "shared views: cost vs data size",
+    "cz-fig6a": "shared views: cost vs follow-set size skew",
+    "cz-fig6b": "shared views: cost vs feed popularity skew",
+    "cz-fig6c": "shared views: cost vs query/update ratio",
+    "cz-fig6d": "shared views: cost vs following size",
 }
 
 
 def run(
     spark: SparkSession, name: str, out: Path, scale: float = 0.05, seed: int = 7
 ) -> list[Result]:
-    """Run one experiment (or ``all``) on ``ff2010`` at ``scale``; write its files to ``out``."""
+    """Run one experiment (or ``all``) at ``scale`` of its profile (``ff2010`` for Feeding
+    Frenzy's, ``cz2015`` for Chen & Zhou's); write its files to ``out``."""
     names = list(EXPERIMENTS) if name == "all" else [name]
     unknown = [n for n in names if n not in EXPERIMENTS]
     if unknown:
@@ -414,6 +528,7 @@ def run(
             f"unknown experiment {unknown[0]!r}; one of: all, {', '.join(EXPERIMENTS)}"
         )
     profile = scaled(PROFILES["ff2010"], scale)
+    cz_profile = scaled(PROFILES["cz2015"], scale)
     base = Workload.draw(profile, seed)
     runners: dict[str, Callable[[], Result]] = {
         "ff-fig4": lambda: fig4(spark, base),
@@ -421,17 +536,20 @@ def run(
         "ff-fig6": lambda: fig6(spark, base),
         "ff-fig9": lambda: fig9(spark, profile, seed),
         "ff-fig10": lambda: fig10(spark, base, seed),
+        **cz_experiments(spark, cz_profile, seed, scale),
     }
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for n in names:
-        log.info("experiment %s on ff2010 at scale %g", n, scale)
+        p = cz_profile if n.startswith("cz-") else profile
+        log.info("experiment %s on %s at scale %g", n, p.name, scale)
         r = runners[n]()
         r.files = write(
             r,
             out,
-            f"ff2010 at scale {scale:g} ({profile.consumers} consumers, "
-            f"{len(base.consumers)} follow edges), seed {seed}, H = {H:g}, L = {L:g}",
+            f"{p.name} at scale {scale:g} ({p.consumers} users, "
+            f"{len(Workload.draw(p, seed).consumers)} follow edges), seed {seed}, "
+            f"H = {H:g}, L = {L:g}",
         )
         results.append(r)
     return results
@@ -475,6 +593,11 @@ def chart(r: Result, path: Path) -> None:
         ax2.plot(xs, [row["cost"] for row in r.rows], "^-", color="tab:red", label="cost")
         ax2.set_ylabel("modeled cost per hour", color="tab:red")
         ax.legend(loc="upper left")
+    elif r.name.startswith("cz-"):
+        for s in CZ_STRATEGIES:
+            ax.plot(xs, [row[s] for row in r.rows], "o-", label=s)
+        ax.set_ylabel("modeled cost per hour")
+        ax.legend(fontsize=8)
     elif r.name == "ff-fig9":
         ax.plot(xs, [row["hybrid"] for row in r.rows], "o-", label="hybrid")
         ax.set_ylabel("modeled cost per hour")

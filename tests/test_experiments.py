@@ -5,6 +5,7 @@ experiment writes."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import numpy as np
 import pytest
@@ -112,3 +113,33 @@ def test_an_experiment_writes_its_table_chart_and_finding(spark, tmp_path):
 def test_unknown_experiment_is_a_clear_error(spark, tmp_path):
     with pytest.raises(ValueError, match="unknown experiment 'ff-fig99'"):
         experiments.run(spark, "ff-fig99", tmp_path)
+
+
+def test_a_shared_view_sweep_prices_every_strategy(spark):
+    """Chen & Zhou's sweeps (``cz_sweep``): the FF baselines against numpy, the shared-view
+    strategies never above FF-PerPair (they fall back to it part by part), and the verdict
+    from the numbers."""
+    base = Workload.draw(scaled(PROFILES["cz2015"], 0.01), seed=3)
+
+    def make(ratio: float) -> Workload:  # the update rates varied, as in Figure 6c
+        return dataclasses.replace(base, phi=base.phi * (base.ratio() / ratio))
+
+    r = experiments.cz_sweep(spark, "cz-test", "a sweep", "ratio", (30.0,), make)
+    assert [row["ratio"] for row in r.rows] == [30.0]
+    for row in r.rows:
+        w = make(row["ratio"])
+        assert w.ratio() == pytest.approx(row["ratio"])
+        assert row["edges"] == len(w.consumers)
+        assert row["push-all"] == pytest.approx(modeled(w, None)["cost"], rel=1e-6)
+        assert row["pull-all"] == pytest.approx(modeled(w, float("inf"))["cost"], rel=1e-6)
+        assert row["ff-per-pair"] == pytest.approx(modeled(w, H / L)["cost"], rel=1e-6)
+        for s in ("cz-greedy", "cz-hierarchy1", "cz-hierarchy2"):
+            assert row[s] <= row["ff-per-pair"] * (1 + 1e-9), s
+        assert row["H2 vs FF-PerPair %"] == pytest.approx(
+            100 * (row["cz-hierarchy2"] / row["ff-per-pair"] - 1)
+        )
+    assert r.holds == all(
+        row["cz-hierarchy2"] <= min(row[s] for s in experiments.CZ_STRATEGIES) + 1e-6
+        for row in r.rows
+    )
+    assert ("cheapest at" in r.finding) and str(len(r.rows)) in r.finding
