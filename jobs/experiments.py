@@ -421,7 +421,8 @@ def cz_sweep(
 ) -> Result:
     """Chen & Zhou's Section V.C: every strategy's cost at each value of one workload
     parameter, and Hierarchy-2 against FF-PerPair and Hierarchy-1. The paper's finding in
-    each of these figures is that Hierarchy-2 is the cheapest everywhere."""
+    each of these figures is that Hierarchy-2 is the cheapest everywhere (docs/evaluation.md
+    has what the model says instead)."""
     rows = []
     for v in values:
         w = make(v)
