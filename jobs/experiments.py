@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import itertools
 import logging
@@ -453,53 +454,34 @@ def _cz(profile: Profile, seed: int, **changes: float) -> Workload:
     return Workload.draw(dataclasses.replace(profile, **changes), seed)  # type: ignore[arg-type]
 
 
+CZ_SWEEPS: dict[str, tuple[str, str, tuple[float, ...]]] = {
+    "cz-fig4b": ("4b: cost against data size", "size", (0.5, 1.0, 2.0)),
+    "cz-fig6a": ("6a: cost against the skew of follow-set sizes", "zipf", (0.2, 0.62, 1.0, 1.4)),
+    "cz-fig6b": ("6b: cost against the skew of feed popularity", "zipf", (0.39, 0.8, 1.2, 1.43)),
+    "cz-fig6c": ("6c: cost against the query/update ratio", "ratio", (1.0, 5.0, 15.0, 30.0)),
+    "cz-fig6d": ("6d: cost against following size", "feeds per user", (3.0, 6.5, 13.0, 26.0)),
+}
+"""Chen & Zhou's sweeps: figure and title, the parameter varied and its values."""
+
+
 def cz_experiments(
     spark: SparkSession, profile: Profile, seed: int, scale: float
 ) -> dict[str, Callable[[], Result]]:
     """Chen & Zhou's Figure 4b (data size) and Figure 6a-d on ``cz2015`` workloads."""
     base = Workload.draw(profile, seed)
+    makers: dict[str, Callable[[float], Workload]] = {
+        "cz-fig4b": lambda x: Workload.draw(scaled(PROFILES["cz2015"], scale * x), seed),
+        "cz-fig6a": lambda x: _cz(profile, seed, fan_in_zipf=x),
+        "cz-fig6b": lambda x: _cz(profile, seed, fan_out_zipf=x),
+        # the paper keeps the query rates and varies the update rates
+        "cz-fig6c": lambda x: dataclasses.replace(base, phi=base.phi * (base.ratio() / x)),
+        "cz-fig6d": lambda x: _cz(profile, seed, producers_per_consumer=x),
+    }
     return {
-        "cz-fig4b": lambda: cz_sweep(
-            spark,
-            "cz-fig4b",
-            "Chen & Zhou Figure 4b: cost against data size",
-            "size",
-            (0.5, 1.0, 2.0),
-            lambda x: Workload.draw(scaled(PROFILES["cz2015"], scale * x), seed),
-        ),
-        "cz-fig6a": lambda: cz_sweep(
-            spark,
-            "cz-fig6a",
-            "Chen & Zhou Figure 6a: cost against the skew of follow-set sizes",
-            "zipf",
-            (0.2, 0.62, 1.0, 1.4),
-            lambda x: _cz(profile, seed, fan_in_zipf=x),
-        ),
-        "cz-fig6b": lambda: cz_sweep(
-            spark,
-            "cz-fig6b",
-            "Chen & Zhou Figure 6b: cost against the skew of feed popularity",
-            "zipf",
-            (0.39, 0.8, 1.2, 1.43),
-            lambda x: _cz(profile, seed, fan_out_zipf=x),
-        ),
-        "cz-fig6c": lambda: cz_sweep(
-            spark,
-            "cz-fig6c",
-            "Chen & Zhou Figure 6c: cost against the query/update ratio",
-            "ratio",
-            (1.0, 5.0, 15.0, 30.0),
-            # the paper keeps the query rates and varies the update rates
-            lambda x: dataclasses.replace(base, phi=base.phi * (base.ratio() / x)),
-        ),
-        "cz-fig6d": lambda: cz_sweep(
-            spark,
-            "cz-fig6d",
-            "Chen & Zhou Figure 6d: cost against following size",
-            "feeds per user",
-            (3.0, 6.5, 13.0, 26.0),
-            lambda x: _cz(profile, seed, producers_per_consumer=x),
-        ),
+        name: functools.partial(
+            cz_sweep, spark, name, f"Chen & Zhou Figure {title}", param, values, makers[name]
+        )
+        for name, (title, param, values) in CZ_SWEEPS.items()
     }
 
 
