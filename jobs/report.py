@@ -390,10 +390,11 @@ def _latency(rows: list[dict], served: dict | None, hist: dict | None) -> str:
         "<h2>Latency</h2><p>Sources read per feed view (the latency proxy), weighted by how "
         "often each consumer views its feed.</p>"
     ]
-    shares = (hist or {}).get("shares", {}).get(served["strategy"]) if served else None
-    if shares:
-        out.append(f"<p>Distribution under the served plan ({escape(served['strategy'])}):</p>")  # type: ignore[index]
-        out.append(_columns("chart-latency", hist["buckets"], shares, "latency"))  # type: ignore[index]
+    name = served["strategy"] if served else None
+    shares = hist["shares"].get(name) if hist and name else None
+    if hist and name and shares:
+        out.append(f"<p>Distribution under the served plan ({escape(name)}):</p>")
+        out.append(_columns("chart-latency", hist["buckets"], shares, "latency"))
     out.append(
         "<table id='latency'><tr><th class='l'>strategy</th><th>p50</th><th>p95</th><th>p99</th>"
         "<th>views within target</th><th>target met</th><th>views reading a pull</th></tr>"
