@@ -465,10 +465,10 @@ CZ_SWEEPS: dict[str, tuple[str, str, tuple[float, ...]]] = {
 
 
 def cz_experiments(
-    spark: SparkSession, profile: Profile, seed: int, scale: float
+    spark: SparkSession, profile: Profile, base: Workload, seed: int, scale: float
 ) -> dict[str, Callable[[], Result]]:
-    """Chen & Zhou's Figure 4b (data size) and Figure 6a-d on ``cz2015`` workloads."""
-    base = Workload.draw(profile, seed)
+    """Chen & Zhou's Figure 4b (data size) and Figure 6a-d on ``cz2015`` workloads
+    (``base``: ``profile``'s workload)."""
     makers: dict[str, Callable[[float], Workload]] = {
         "cz-fig4b": lambda x: Workload.draw(scaled(PROFILES["cz2015"], scale * x), seed),
         "cz-fig6a": lambda x: _cz(profile, seed, fan_in_zipf=x),
@@ -513,25 +513,26 @@ def run(
     profile = scaled(PROFILES["ff2010"], scale)
     cz_profile = scaled(PROFILES["cz2015"], scale)
     base = Workload.draw(profile, seed)
+    cz_base = Workload.draw(cz_profile, seed)
     runners: dict[str, Callable[[], Result]] = {
         "ff-fig4": lambda: fig4(spark, base),
         "ff-fig5": lambda: fig5(spark, profile, seed),
         "ff-fig6": lambda: fig6(spark, base),
         "ff-fig9": lambda: fig9(spark, profile, seed),
         "ff-fig10": lambda: fig10(spark, base, seed),
-        **cz_experiments(spark, cz_profile, seed, scale),
+        **cz_experiments(spark, cz_profile, cz_base, seed, scale),
     }
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for n in names:
-        p = cz_profile if n.startswith("cz-") else profile
+        p, w = (cz_profile, cz_base) if n.startswith("cz-") else (profile, base)
         log.info("experiment %s on %s at scale %g", n, p.name, scale)
         r = runners[n]()
         r.files = write(
             r,
             out,
             f"{p.name} at scale {scale:g} ({p.consumers} users, "
-            f"{len(Workload.draw(p, seed).consumers)} follow edges), seed {seed}, "
+            f"{len(w.consumers)} follow edges), seed {seed}, "
             f"H = {H:g}, L = {L:g}",
         )
         results.append(r)
