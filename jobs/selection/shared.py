@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 MAX_ROUNDS = 64
+ROUND_PAIRS = 4
+""":func:`view_users`' first round verifies about this many candidate pairs per view a user
+keeps; each later round doubles it."""
 
 
 def view_id(feeds: Column) -> Column:
@@ -68,7 +71,9 @@ def candidate_sets(edges: DataFrame, push_cost: float, pull_cost: float, full: b
     )
 
 
-def view_users(candidates: DataFrame, edges: DataFrame, per_user: int) -> DataFrame:
+def view_users(
+    candidates: DataFrame, edges: DataFrame, per_user: int, round_pairs: int | None = None
+) -> DataFrame:
     """``view_id, consumer_id``: every user whose follow set contains the view, each user in
     at most ``per_user`` views (its largest, ties by view id).
 
@@ -77,11 +82,22 @@ def view_users(candidates: DataFrame, edges: DataFrame, per_user: int) -> DataFr
     followers) that follow at least as many producers as the view holds; each such pair is
     verified by counting the view's producers among the user's follow edges. Everything
     stays in rows of ids (no follow set is carried as an array), so a user who follows tens of
-    thousands of producers costs rows that spill, not one oversized record."""
+    thousands of producers costs rows that spill, not one oversized record.
+
+    Verification, one row per pair and view producer, is the costly part, and most pairs
+    belong to the few users who follow thousands of producers and so meet thousands of
+    candidate views, of which they keep ``per_user``. It therefore goes in rounds, in the
+    order of that cap, largest views first. Round 0 verifies each user's pairs down to the
+    view size with ``round_pairs`` (default ``ROUND_PAIRS * per_user``) larger pairs ahead of
+    it; each later round doubles that budget. A user leaves once it holds ``per_user``
+    verified views: every pair left unverified is a smaller view, which could not enter its
+    top ``per_user``. The result is exact, and a user's verification is bounded by about
+    twice the budget of the round that completed it instead of by all its pairs."""
+    from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    follows = edges.select("consumer_id", "producer_id")
+    follows = edges.select("consumer_id", "producer_id").persist(StorageLevel.MEMORY_AND_DISK)
     fan_out = follows.groupBy("producer_id").agg(F.count("*").alias("fan_out"))
     fan_in = follows.groupBy("consumer_id").agg(F.count("*").alias("fan_in"))
     members = candidates.select("view_id", "size", F.explode("feeds").alias("producer_id"))
@@ -98,19 +114,73 @@ def view_users(candidates: DataFrame, edges: DataFrame, per_user: int) -> DataFr
         .where(F.col("fan_in") >= F.col("size"))
         .select("view_id", "size", "consumer_id")
     )
-    matched = (
-        pairs.join(members.select("view_id", "producer_id"), "view_id")
-        .join(follows, ["consumer_id", "producer_id"], "left_semi")
-        .groupBy("view_id", "consumer_id")
-        .agg(F.count("*").alias("n"), F.first("size").alias("size"))
+    # each (user, view size) gets the round that verifies it, from the number of the user's
+    # pairs with larger views: rounds grow as sizes fall, so every round is a band of sizes
+    budget = round_pairs or ROUND_PAIRS * per_user
+    ahead = F.coalesce(
+        F.sum("c").over(
+            Window.partitionBy("consumer_id")
+            .orderBy(F.desc("size"))
+            .rowsBetween(Window.unboundedPreceding, -1)
+        ),
+        F.lit(0),
     )
+    band = F.when(ahead < budget, F.lit(0)).otherwise(
+        F.floor(F.log2(ahead / F.lit(budget))).cast("int") + 1
+    )
+    bands = (
+        pairs.groupBy("consumer_id", "size")
+        .agg(F.count("*").alias("c"))
+        .select("consumer_id", "size", band.alias("round"))
+        .localCheckpoint()
+    )
+    last = bands.groupBy("consumer_id").agg(F.max("round").alias("last")).localCheckpoint()
+    tagged = pairs.join(bands, ["consumer_id", "size"]).persist(StorageLevel.MEMORY_AND_DISK)
+    view_producers = members.select("view_id", "producer_id")
+
+    found: list[DataFrame] = []
+    waiting: DataFrame | None = None  # users that need the next round
+    for r in range(MAX_ROUNDS):
+        batch = tagged.where(F.col("round") == r)
+        if waiting is not None:
+            batch = batch.join(waiting, "consumer_id", "left_semi")
+        found.append(
+            batch.join(view_producers, "view_id")
+            .join(follows, ["consumer_id", "producer_id"], "left_semi")
+            .groupBy("view_id", "consumer_id")
+            .agg(F.count("*").alias("n"), F.first("size").alias("size"))
+            .where(F.col("n") == F.col("size"))
+            .select("view_id", "consumer_id", "size")
+            .localCheckpoint()
+        )
+        held = _union(found).groupBy("consumer_id").agg(F.count("*").alias("held"))
+        waiting = (
+            last.where(F.col("last") > r)
+            .join(held, "consumer_id", "left")
+            .where(F.coalesce("held", F.lit(0)) < per_user)
+            .select("consumer_id")
+            .localCheckpoint()
+        )
+        if waiting.isEmpty():
+            break
+    else:
+        raise RuntimeError(f"view_users: more than {MAX_ROUNDS} verification rounds")
+    tagged.unpersist()
+    follows.unpersist()
     largest = Window.partitionBy("consumer_id").orderBy(F.desc("size"), "view_id")
     return (
-        matched.where(F.col("n") == F.col("size"))
+        _union(found)
         .withColumn("_k", F.row_number().over(largest))
         .where(F.col("_k") <= per_user)
         .select("view_id", "consumer_id")
     )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
 
 
 def components(memberships: DataFrame) -> DataFrame:
