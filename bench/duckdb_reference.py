@@ -1,7 +1,8 @@
 """A reference implementation in DuckDB SQL of what a single-machine user would write instead
 of feedpipe: the ``rates`` stage (``eb_trend``), the FF-PerPair plan (Feeding Frenzy, Lemma 1,
-with hysteresis and the inactive-consumer rule) and latest-k materialization (global
-coherency), read from the same clean Parquet tables of the warehouse.
+with hysteresis and the inactive-consumer rule) with the tables a user of the plan needs (its
+consumer sources and its cost row, priced as ``jobs.selection.cost`` prices it) and latest-k
+materialization (global coherency), read from the same clean Parquet tables of the warehouse.
 
 It is a benchmark baseline, not part of the product: ``bench/day.py`` times it against the
 Spark stages and checks that both give the same rates, plan and feeds. It keeps its own
@@ -254,14 +255,72 @@ def plan(con: duckdb.DuckDBPyConnection, wh: Path, out: Path, ds: dt.date, s: Se
     planned = f"""
         SELECT consumer_id, producer_id,
                CASE WHEN active AND {push} THEN 'push' ELSE 'pull' END AS mode,
-               theta / nullif(phi, 0) AS ratio, phi, theta
+               theta / nullif(phi, 0) AS ratio, phi, theta, current_mode, active
         FROM ({edges})
     """
-    sql = f"""SELECT consumer_id, producer_id, mode,
-                     CASE WHEN mode = 'push' THEN consumer_id ELSE producer_id END AS source_id,
-                     ratio, phi, theta
-              FROM ({planned}) ORDER BY consumer_id, producer_id"""
-    return {"edge_plan": _write(con, sql, _out(out, "edge_plan", ds))}
+    con.execute(f"""CREATE TEMP TABLE served AS
+        SELECT consumer_id, producer_id, mode,
+               CASE WHEN mode = 'push' THEN consumer_id ELSE producer_id END AS source_id,
+               ratio, phi, theta, current_mode, active
+        FROM ({planned})""")
+    rows = {
+        "edge_plan": _write(
+            con,
+            "SELECT consumer_id, producer_id, mode, source_id, ratio, phi, theta FROM served "
+            "ORDER BY consumer_id, producer_id",
+            _out(out, "edge_plan", ds),
+        ),
+        "consumer_sources": _write(
+            con,
+            "SELECT DISTINCT consumer_id, CASE WHEN mode = 'push' THEN 'consumer_feed' "
+            "ELSE 'producer' END AS source_type, source_id FROM served "
+            "ORDER BY consumer_id, source_type, source_id",
+            _out(out, "consumer_sources", ds),
+        ),
+    }
+    rows["plan_cost"] = _write(con, _cost_sql(s), _out(out, "plan_cost", ds))
+    return rows
+
+
+def _cost_sql(s: Settings) -> str:
+    """The served plan's row of ``plan/plan_cost`` (Chen & Zhou's Eq. 3-5, as
+    ``jobs.selection.cost`` prices it): maintenance H * sum of pushed phi, evaluation
+    theta * L * |V_c| for a consumer reading more than one source, edge and consumer counts,
+    and the theta-weighted percentiles of the sources read."""
+    H, L = float(s.push_cost), float(s.pull_cost)
+    metric = "n_pull" if s.latency_metric == "pulls" else "n_sources"
+    pct = ", ".join(
+        f"min(n_sources) FILTER (WHERE cum >= {q - 1e-12!r})::DOUBLE AS sources_p{round(q * 100)}"
+        for q in (0.50, 0.95, 0.99)
+    )
+    return f"""
+        WITH per_c AS (
+            SELECT consumer_id, any_value(theta) AS theta,
+                   count(*) FILTER (WHERE mode = 'pull') AS n_pull,
+                   count(*) FILTER (WHERE mode = 'push') AS n_push,
+                   sum(CASE WHEN mode = 'push' THEN phi::{EXACT} ELSE 0 END)::DOUBLE AS push_phi,
+                   count(*) FILTER (WHERE current_mode IS NOT NULL AND mode <> current_mode)
+                       AS mode_changes,
+                   min(coalesce(active, true)::INTEGER) AS active
+            FROM served GROUP BY consumer_id),
+        c AS (SELECT *, n_pull + (n_push > 0)::INTEGER AS n_sources FROM per_c),
+        hist AS (SELECT n_sources, sum(theta::{EXACT})::DOUBLE AS w FROM c GROUP BY n_sources),
+        cdf AS (SELECT n_sources, sum(w) OVER (ORDER BY n_sources) / sum(w) OVER () AS cum
+                FROM hist),
+        totals AS (
+            SELECT round(sum((push_phi * {H!r})::{EXACT})::DOUBLE, 6) AS maintenance_cost,
+                   round(sum(CASE WHEN n_sources > 1 THEN (theta * {L!r} * n_sources)::{EXACT}
+                                  ELSE 0 END)::DOUBLE, 6) AS evaluation_cost,
+                   sum(n_push) AS push_edges, sum(n_pull) AS pull_edges,
+                   count(*) AS consumers, sum(mode_changes) AS mode_changes,
+                   sum(1 - active) AS inactive_consumers,
+                   round(sum(CASE WHEN {metric} <= {s.latency_bound} THEN theta::{EXACT}
+                                  ELSE 0 END)::DOUBLE / sum(theta::{EXACT})::DOUBLE, 6)
+                       AS latency_share
+            FROM c)
+        SELECT 'ff-per-pair' AS strategy, *,
+               round(maintenance_cost + evaluation_cost, 6) AS total_cost
+        FROM totals, (SELECT {pct} FROM cdf)"""
 
 
 def materialize(
@@ -351,11 +410,26 @@ def compare(warehouse: str, out: Path, ds: dt.date) -> dict[str, Any]:
             "WHERE a.mode IS DISTINCT FROM b.mode OR a.source_id IS DISTINCT FROM b.source_id"
         ),
     }
-    for table, cols in (
-        ("producer_feed", "producer_id, rank, event_id, created_at"),
-        ("consumer_feed", "consumer_id, rank, event_id, producer_id, created_at"),
+    a, b = spark("plan", "plan_cost"), ref("plan_cost")
+    costs = ("maintenance_cost", "evaluation_cost", "total_cost", "latency_share")
+    exact = ("push_edges", "pull_edges", "consumers", "mode_changes", "inactive_consumers")
+    exact += ("sources_p50", "sources_p95", "sources_p99")
+    rel = ", ".join(f"abs(a.{c} - b.{c}) / greatest(abs(b.{c}), 1e-300)" for c in costs)
+    result["plan_cost"] = {
+        "rows": [one(f"SELECT count(*) FROM {a} WHERE strategy = 'ff-per-pair'"), 1],
+        "max_rel_diff": one(f"SELECT greatest({rel}) FROM {a} a JOIN {b} b USING (strategy)"),
+        "columns_differs": one(
+            "SELECT "
+            + " + ".join(f"(a.{c} IS DISTINCT FROM b.{c})::INTEGER" for c in exact)
+            + f" FROM {a} a JOIN {b} b USING (strategy)"
+        ),
+    }
+    for layer, table, cols in (
+        ("plan", "consumer_sources", "consumer_id, source_type, source_id"),
+        ("feeds", "producer_feed", "producer_id, rank, event_id, created_at"),
+        ("feeds", "consumer_feed", "consumer_id, rank, event_id, producer_id, created_at"),
     ):
-        a, b = spark("feeds", table), ref(table)
+        a, b = spark(layer, table), ref(table)
         result[table] = {
             "rows": [one(f"SELECT count(*) FROM {a}"), one(f"SELECT count(*) FROM {b}")],
             "only_spark": one(
@@ -376,7 +450,7 @@ def agrees(diff: dict[str, Any], rel_tol: float = 1e-9) -> list[str]:
         if d["rows"][0] != d["rows"][1]:
             wrong.append(f"{name}: {d['rows'][0]} rows against {d['rows'][1]}")
         if d.get("max_rel_diff", 0) > rel_tol:
-            wrong.append(f"{name}: rates differ by {d['max_rel_diff']:.3g} (relative)")
+            wrong.append(f"{name}: values differ by {d['max_rel_diff']:.3g} (relative)")
         for k, v in d.items():
             if k in ("unmatched_ids", "differs", "only_spark", "only_reference") or k.endswith(
                 "_differs"

@@ -97,9 +97,15 @@ class Window:
 def exact_sum(c: Column) -> Column:
     """A sum that does not depend on the order of its terms: each term is rounded to 18
     decimals and added exactly, so reruns give bit-identical results."""
+    return exact_partial_sum(c).cast("double")
+
+
+def exact_partial_sum(c: Column) -> Column:
+    """:func:`exact_sum` left as a decimal, to be summed again (``exact_sum`` of these
+    partial sums is the ``exact_sum`` of all the terms, to the bit)."""
     from pyspark.sql import functions as F
 
-    return F.sum(c.cast("decimal(38,18)")).cast("double")
+    return F.sum(c.cast("decimal(38,18)"))
 
 
 def _zero_filled(counts: DataFrame, ids: DataFrame, id_col: str) -> DataFrame:

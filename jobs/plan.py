@@ -94,21 +94,30 @@ def assignments(
     for f in frames[1:]:
         out = out.unionByName(f)
     schema = f"strategy string, {shared.PART_ROWS}"
-    views = edges.sparkSession.createDataFrame([], schema)
+    spark = edges.sparkSession  # an RDD without partitions: no task, no Python worker
+    views = spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
     for rows in view_rows:
         views = views.unionByName(rows)
     return out, views
 
 
 def consumer_sources(edge_plan: DataFrame) -> DataFrame:
+    """Per consumer, each source its feed reads: its personal feed, each shared view, each
+    pulled producer. A pull is its edge's own row (one per follow edge): only pushes and views,
+    which many edges share, are made distinct, so the pulls go through no shuffle."""
     from pyspark.sql import functions as F
 
-    source_type = (
-        F.when(F.col("mode") == "push", F.lit("consumer_feed"))
-        .when(F.col("mode") == "view", F.lit("view"))
-        .otherwise(F.lit("producer"))
+    pulls = edge_plan.where(F.col("mode") == "pull").select(
+        "consumer_id", F.lit("producer").alias("source_type"), "source_id"
     )
-    return edge_plan.select("consumer_id", source_type.alias("source_type"), "source_id").distinct()
+    shared = edge_plan.where(F.col("mode").isin("push", "view")).select(
+        "consumer_id",
+        F.when(F.col("mode") == "push", F.lit("consumer_feed"))
+        .otherwise(F.lit("view"))
+        .alias("source_type"),
+        "source_id",
+    )
+    return pulls.unionByName(shared.distinct())
 
 
 @dataclass
@@ -153,12 +162,14 @@ def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plan
 def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None) -> Plans:
     """Every enabled strategy's plan of the follow edges ``edges``
     (``feeding_frenzy.edge_inputs``), priced with the cost model; ``edges`` is kept until
-    :meth:`Plans.release`. ``phi``: producer_id, phi of the shared views' producers (default:
-    the edges' own)."""
+    :meth:`Plans.release` when more than one plan reads it. ``phi``: producer_id, phi of the
+    shared views' producers (default: the edges' own)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
+    strategies = settings.served_strategies
+    if len(strategies) > 1 or any(s in SHARED_VIEW_STRATEGIES for s in strategies):
+        edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
     timings: dict[str, dict[str, float]] = {}
     stacked, part_rows = assignments(edges, settings, timings)
 
@@ -187,8 +198,8 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
 
 
 def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType, StructField, StructType
 
     wh = Storage.at(settings.warehouse)
     plans = strategy_plans(spark, settings, ds)
@@ -198,7 +209,8 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         plans.members,
         plans.costs,
     )
-    # one row per strategy; plan_cost is written from these rows, not computed again
+    # one row per strategy, kept: plan_cost is written from it, not computed again
+    costs = costs.persist(StorageLevel.MEMORY_AND_DISK)
     collected = costs.collect()
     rows = {r["strategy"]: r.asDict() for r in collected}
     forced = None if settings.strategy == "auto" else settings.strategy
@@ -214,11 +226,9 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
             rows[chosen]["total_cost"],
         )
 
-    plan_cost = spark.createDataFrame(
-        [(*r, r["strategy"] == chosen) for r in collected],
-        StructType([*costs.schema.fields, StructField("chosen", BooleanType(), False)]),
-    )
+    plan_cost = costs.withColumn("chosen", F.coalesce(F.col("strategy") == chosen, F.lit(False)))
     write_partition(plan_cost, wh, contract("plan", "plan_cost"), ds)
+    costs.unpersist()
     served = stacked.where(F.col("strategy") == chosen)
     write_partition(served, wh, contract("plan", "edge_plan"), ds)
     write_partition(consumer_sources(served), wh, contract("plan", "consumer_sources"), ds)

@@ -63,14 +63,20 @@ def realized(
         .groupBy("strategy")
         .agg(F.sum("e").alias("pushes"))
     )
-    sources = cost.sources_per_consumer(stacked).join(per_c, "consumer_id")
-    reads = sources.groupBy("strategy").agg(
-        F.sum("n").alias("feed_views"),
-        F.sum(F.when(F.col("n_sources") > 1, F.col("n") * F.col("n_sources")).otherwise(0)).alias(
+    hist = (  # feed views per (strategy, sources read)
+        cost.sources_per_consumer(stacked)
+        .join(per_c, "consumer_id")
+        .groupBy("strategy", "n_sources")
+        .agg(F.sum("n").alias("w"))
+    )
+    reads = cost.weighted_percentiles(
+        hist,
+        (0.50, 0.95, 0.99),
+        F.sum("w").alias("feed_views"),
+        F.sum(F.when(F.col("n_sources") > 1, F.col("w") * F.col("n_sources")).otherwise(0)).alias(
             "pull_reads"
         ),
     )
-    pct = cost.weighted_percentiles(sources, (0.50, 0.95, 0.99), weight="n")
     strategies = stacked.select("strategy").distinct()
     n_events = events.agg(F.count("*").alias("events"))
 
@@ -80,7 +86,6 @@ def realized(
     out = (
         strategies.join(pushed, "strategy", "left")
         .join(reads, "strategy", "left")
-        .join(pct, "strategy", "left")
         .crossJoin(n_events)
         .select(
             "strategy",

@@ -122,8 +122,9 @@ def edge_modes(spark, settings: Settings, ds: dt.date) -> dict[tuple[str, str], 
 def test_the_duckdb_reference_gives_the_same_rates_plan_and_feeds_every_day(incremental, tmp_path):
     """bench/'s DuckDB reference (the baseline of the benchmarks, written in SQL from the
     formulas of docs/rates.md and the Feeding Frenzy rules) against the Spark stages, day by
-    day: rates equal to 1e-9, the same FF-PerPair plan and the same producer and consumer
-    feeds (the reference recomputes feeds from all events; the stages build them
+    day: rates equal to 1e-9, the same FF-PerPair plan, consumer sources and cost row
+    (costs, edge counts, mode changes, latency percentiles), and the same producer and
+    consumer feeds (the reference recomputes feeds from all events; the stages build them
     incrementally)."""
     import sys
 

@@ -30,7 +30,10 @@ def modes(df) -> dict[tuple[str, str], str]:
 
 
 def test_edge_inputs_ratio_and_lemma2_sums(edges):
-    rows = {(r.consumer_id, r.producer_id): r for r in edges.collect()}
+    assert "phi_sum" not in edges.columns  # computed only where Lemma 2 is applied
+    rows = {
+        (r.consumer_id, r.producer_id): r for r in feeding_frenzy.consumer_totals(edges).collect()
+    }
     assert rows[("c1", "p2")].ratio == pytest.approx(1.5)
     assert rows[("c3", "p2")].ratio == pytest.approx(0.375)
     # Lemma 2 compares theta with the sum of the consumer's producers' rates

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jobs.estimators import exact_sum
+from jobs.common.config import SHARED_VIEW_STRATEGIES
+from jobs.estimators import exact_partial_sum, exact_sum
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -34,12 +35,13 @@ COST_DECIMALS = 6
 identical rows."""
 
 
-def sources_per_consumer(assignments: DataFrame) -> DataFrame:
+def sources_per_consumer(assignments: DataFrame, views: bool = True) -> DataFrame:
     """Per (strategy, consumer): theta, sources read |V_c|, pushed event rate, and edges
     whose mode differs from their ``current_mode`` (the plan served now).
 
     ``assignments``: strategy, consumer_id, producer_id, mode, source_id, phi, theta,
-    current_mode."""
+    current_mode. ``views=False`` says no edge reads a shared view, which saves counting
+    the distinct views each consumer reads."""
     from pyspark.sql import functions as F
 
     is_push = F.col("mode") == "push"
@@ -53,9 +55,12 @@ def sources_per_consumer(assignments: DataFrame) -> DataFrame:
             F.sum(F.when(F.col("mode") == "pull", 1).otherwise(0)).alias("n_pull"),
             F.sum(F.when(is_push, 1).otherwise(0)).alias("n_push"),
             F.sum(F.when(F.col("mode") == "view", 1).otherwise(0)).alias("n_view_edges"),
-            F.count_distinct(F.when(F.col("mode") == "view", F.col("source_id"))).alias(
-                "n_views_read"
-            ),
+            # a set, not count_distinct: a distinct aggregate makes Spark expand every row
+            (
+                F.size(F.collect_set(F.when(F.col("mode") == "view", F.col("source_id"))))
+                if views
+                else F.lit(0)
+            ).alias("n_views_read"),
             exact_sum(F.when(is_push, F.col("phi")).otherwise(0.0)).alias("push_phi"),
             F.sum(F.when(changed, 1).otherwise(0)).alias("mode_changes"),
             F.min(F.coalesce(active, F.lit(True)).cast("int")).alias("active"),
@@ -81,19 +86,18 @@ SOURCE_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
 """Buckets of sources read per feed view (label, lowest, highest) of ``sources_hist``."""
 
 
-def weighted_percentiles(
-    per_consumer: DataFrame, qs: Sequence[float], weight: str = "theta"
-) -> DataFrame:
-    """Per strategy, the ``weight``-weighted percentiles of ``n_sources`` (``sources_p<q>``)
-    and ``sources_hist``: the weighted share of feed views in each of :data:`SOURCE_BUCKETS`
-    (an array in bucket order; the latency distribution of the reports).
+def weighted_percentiles(hist: DataFrame, qs: Sequence[float], *aggs: Column) -> DataFrame:
+    """Per strategy, the weighted percentiles of ``n_sources`` (``sources_p<q>``),
+    ``sources_hist``: the weighted share of feed views in each of :data:`SOURCE_BUCKETS` (an
+    array in bucket order; the latency distribution of the reports), and ``aggs``.
 
-    The distribution is grouped by n_sources first, so the window runs over a few rows per
-    strategy, never over consumers."""
+    ``hist``: one row per (strategy, n_sources) with the weight ``w`` of the feed views that
+    read n_sources sources, and any columns ``aggs`` aggregate. Consumers are grouped by
+    n_sources first, so the window runs over a few rows per strategy, never over consumers,
+    and one pass over the consumers gives both the distribution and the totals."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    hist = per_consumer.groupBy("strategy", "n_sources").agg(exact_sum(F.col(weight)).alias("w"))
     w_cum = (
         Window.partitionBy("strategy")
         .orderBy("n_sources")
@@ -101,7 +105,7 @@ def weighted_percentiles(
     )
     w_all = Window.partitionBy("strategy")
     cdf = hist.withColumn("cum", F.sum("w").over(w_cum) / F.sum("w").over(w_all))
-    aggs = [
+    pct = [
         F.min(F.when(F.col("cum") >= F.lit(q - 1e-12), F.col("n_sources")))
         .cast("double")
         .alias(f"sources_p{round(q * 100)}")
@@ -114,7 +118,7 @@ def weighted_percentiles(
         return F.round(F.try_divide(F.sum(F.when(inside, F.col("w"))), F.sum("w")), 6)
 
     hist_col = F.array(*[F.coalesce(share(lo, hi), F.lit(0.0)) for _, lo, hi in SOURCE_BUCKETS])
-    return cdf.groupBy("strategy").agg(*aggs, hist_col.alias("sources_hist"))
+    return cdf.groupBy("strategy").agg(*pct, hist_col.alias("sources_hist"), *aggs)
 
 
 @dataclass(frozen=True)
@@ -145,34 +149,50 @@ def plan_costs(
     from pyspark.sql import functions as F
 
     H, L = float(push_cost), float(pull_cost)
-    per_c = sources_per_consumer(assignments)
+    per_c = sources_per_consumer(assignments, any(s in SHARED_VIEW_STRATEGIES for s in strategies))
     latency_now = F.col("n_pull") if target.metric == "pulls" else F.col("n_sources")
     ev = F.when(F.col("n_sources") > 1, F.col("theta") * F.lit(L) * F.col("n_sources")).otherwise(
         0.0
     )
-    consumer_side = per_c.groupBy("strategy").agg(
-        exact_sum(F.col("push_phi") * F.lit(H)).alias("feed_maintenance"),
-        exact_sum(ev).alias("evaluation_cost"),
-        F.sum("n_push").alias("push_edges"),
-        F.sum("n_pull").alias("pull_edges"),
-        F.sum("n_view_edges").alias("view_edges"),
-        F.sum(F.when(F.col("n_push") > 0, 1).otherwise(0)).alias("personal_feeds"),
-        F.count("*").alias("consumers"),
-        F.sum("mode_changes").alias("mode_changes"),
-        F.sum(1 - F.col("active")).alias("inactive_consumers"),
-        exact_sum(F.col("theta")).alias("_w"),
-        exact_sum(F.when(latency_now <= target.bound, F.col("theta")).otherwise(0.0)).alias(
-            "_w_ok"
-        ),
-        exact_sum(F.when(F.col("n_pull") > 0, F.col("theta")).otherwise(0.0)).alias("_w_pull"),
+    # one pass over the consumers: summed per (strategy, n_sources), then per strategy
+    sums = {  # exact partial sums (decimal), added up per strategy below
+        "feed_maintenance": F.col("push_phi") * F.lit(H),
+        "evaluation_cost": ev,
+        "_w": F.col("theta"),
+        "_w_ok": F.when(latency_now <= target.bound, F.col("theta")).otherwise(0.0),
+        "_w_pull": F.when(F.col("n_pull") > 0, F.col("theta")).otherwise(0.0),
+    }
+    counts = {
+        "push_edges": F.col("n_push"),
+        "pull_edges": F.col("n_pull"),
+        "view_edges": F.col("n_view_edges"),
+        "personal_feeds": F.when(F.col("n_push") > 0, 1).otherwise(0),
+        "consumers": F.lit(1),
+        "mode_changes": F.col("mode_changes"),
+        "inactive_consumers": 1 - F.col("active"),
+    }
+    hist = (
+        per_c.groupBy("strategy", "n_sources")
+        .agg(
+            *(exact_partial_sum(c).alias(name) for name, c in sums.items()),
+            *(F.sum(c).alias(name) for name, c in counts.items()),
+        )
+        .withColumn("w", F.col("_w").cast("double"))
+    )
+    consumer_side = weighted_percentiles(
+        hist,
+        (0.50, 0.95, 0.99),
+        *(F.sum(name).cast("double").alias(name) for name in sums),
+        *(F.sum(name).alias(name) for name in counts),
     )
     view_side = view_members.groupBy("strategy").agg(
         (exact_sum(F.col("phi")) * F.lit(H)).alias("view_maintenance"),
         F.count_distinct("view_id").alias("shared_views"),
     )
-    pct = weighted_percentiles(per_c, (0.50, 0.95, 0.99))
     r = F.lit(COST_DECIMALS)
-    names = assignments.sparkSession.createDataFrame([(s,) for s in strategies], "strategy string")
+    names = assignments.sparkSession.range(1).select(
+        F.explode(F.array(*(F.lit(s) for s in strategies))).alias("strategy")
+    )
 
     def zero(name: str) -> Column:
         return F.coalesce(F.col(name), F.lit(0))
@@ -180,7 +200,6 @@ def plan_costs(
     out = (
         names.join(consumer_side, "strategy", "left")
         .join(view_side, "strategy", "left")
-        .join(pct, "strategy", "left")
         .select(
             "strategy",
             F.round(zero("feed_maintenance") + zero("view_maintenance"), r)

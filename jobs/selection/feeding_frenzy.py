@@ -1,8 +1,8 @@
 """Feeding Frenzy's decision rules (Silberstein et al., SIGMOD 2010, Section 3).
 
-All rules read ``edges``: one row per follow edge with ``consumer_id, producer_id, phi``
-(producer events/hour), ``theta`` (consumer views/hour) and ``phi_sum`` (sum of phi over the
-consumer's producers), and return the same rows with ``mode`` (push | pull) and ``source_id``.
+All rules read ``edges`` (:func:`edge_inputs`): one row per follow edge with ``consumer_id,
+producer_id, phi`` (producer events/hour) and ``theta`` (consumer views/hour), and return the
+same rows with ``mode`` (push | pull) and ``source_id``.
 
 * :func:`push_all` / :func:`pull_all`: the pure strategies (Figure 4's Push All / Push None).
 * :func:`ff_per_pair`: Lemma 1 (per-producer coherency): push iff theta_c / phi_p >= H/L;
@@ -29,13 +29,13 @@ def edge_inputs(
     consumer_rates: DataFrame,
     current: DataFrame | None = None,
 ) -> DataFrame:
-    """Follow edges with phi, theta, phi_sum, ratio = theta/phi and ``current_mode``: the
-    edge's mode in the plan being served now (``current``: an edge plan; null for new edges
-    or when there is none), which the hysteresis of :func:`ff_per_pair` and
-    :func:`ff_consumer` starts from. ``consumer_pushed`` is true when all of the consumer's
-    current edges are pushed, false when none is, null otherwise. ``active`` comes from
-    ``consumer_rates.active`` when present (true otherwise)."""
-    from pyspark.sql import Window
+    """Follow edges with phi, theta, ratio = theta/phi and ``current_mode``: the edge's mode
+    in the plan being served now (``current``: an edge plan; null for new edges or when there
+    is none), which the hysteresis of :func:`ff_per_pair` and :func:`ff_consumer` starts from.
+    ``active`` comes from ``consumer_rates.active`` when present (true otherwise).
+
+    Row-wise joins only: the per-consumer totals Lemma 2 needs (:func:`consumer_totals`)
+    cost a shuffle and are computed by :func:`ff_consumer` alone."""
     from pyspark.sql import functions as F
 
     pr = producer_rates.select("producer_id", F.col("events_per_hour").alias("phi"))
@@ -53,6 +53,18 @@ def edge_inputs(
     else:
         modes = current.select("consumer_id", "producer_id", F.col("mode").alias("current_mode"))
         edges = edges.join(modes, ["consumer_id", "producer_id"], "left")
+    return edges.withColumn("ratio", F.try_divide(F.col("theta"), F.col("phi"))).withColumn(
+        "active", F.coalesce(F.col("active"), F.lit(True))
+    )
+
+
+def consumer_totals(edges: DataFrame) -> DataFrame:
+    """``edges`` (:func:`edge_inputs`) with Lemma 2's inputs: ``phi_sum``, the sum of phi over
+    the consumer's producers, and ``consumer_pushed``: true when all of the consumer's current
+    edges are pushed, false when none is, null otherwise."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     by_consumer = Window.partitionBy("consumer_id")
     any_push = F.max((F.col("current_mode") == "push").cast("int")).over(by_consumer)
     any_other = F.max(
@@ -62,14 +74,9 @@ def edge_inputs(
     pushed = F.when((any_push == 1) & (any_other == 0), True).when(
         (any_push == 0) & (any_other == 1), False
     )
-    return (
-        edges.withColumn(  # summed exactly (see exact_sum): the same decision on every rerun
-            "phi_sum", F.sum(F.col("phi").cast("decimal(38,18)")).over(by_consumer).cast("double")
-        )
-        .withColumn("ratio", F.try_divide(F.col("theta"), F.col("phi")))
-        .withColumn("consumer_pushed", pushed)
-        .withColumn("active", F.coalesce(F.col("active"), F.lit(True)))
-    )
+    return edges.withColumn(  # summed exactly (see exact_sum): the same decision on every rerun
+        "phi_sum", F.sum(F.col("phi").cast("decimal(38,18)")).over(by_consumer).cast("double")
+    ).withColumn("consumer_pushed", pushed)
 
 
 def with_hysteresis(
@@ -156,4 +163,4 @@ def ff_consumer(edges: DataFrame, threshold: float, margin: float = 0.0) -> Data
     push = with_hysteresis(
         F.col("theta"), F.col("phi_sum"), F.col("consumer_pushed"), threshold, margin
     )
-    return _with_mode(edges, "ff-consumer", push)
+    return _with_mode(consumer_totals(edges), "ff-consumer", push)
