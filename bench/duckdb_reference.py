@@ -416,7 +416,10 @@ def compare(warehouse: str, out: Path, ds: dt.date) -> dict[str, Any]:
     exact += ("sources_p50", "sources_p95", "sources_p99")
     rel = ", ".join(f"abs(a.{c} - b.{c}) / greatest(abs(b.{c}), 1e-300)" for c in costs)
     result["plan_cost"] = {
-        "rows": [one(f"SELECT count(*) FROM {a} WHERE strategy = 'ff-per-pair'"), 1],
+        "rows": [
+            one(f"SELECT count(*) FROM {a} WHERE strategy = 'ff-per-pair'"),
+            one(f"SELECT count(*) FROM {b}"),
+        ],
         "max_rel_diff": one(f"SELECT greatest({rel}) FROM {a} a JOIN {b} b USING (strategy)"),
         "columns_differs": one(
             "SELECT "

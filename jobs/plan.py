@@ -104,7 +104,7 @@ def assignments(
 def consumer_sources(edge_plan: DataFrame) -> DataFrame:
     """Per consumer, each source its feed reads: its personal feed, each shared view, each
     pulled producer. A pull is its edge's own row (one per follow edge): only pushes and views,
-    which many edges share, are made distinct, so the pulls go through no shuffle."""
+    which many edges share, are made distinct, so the pulls skip the distinct's shuffle."""
     from pyspark.sql import functions as F
 
     pulls = edge_plan.where(F.col("mode") == "pull").select(
