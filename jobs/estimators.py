@@ -108,15 +108,55 @@ def exact_partial_sum(c: Column) -> Column:
     return F.sum(c.cast("decimal(38,18)"))
 
 
-def _zero_filled(counts: DataFrame, ids: DataFrame, id_col: str) -> DataFrame:
-    """One row per id (ids of ``ids`` and of ``counts``) with the aggregated columns of
-    ``counts`` (0 where an id has none)."""
+def per_id_sums(
+    daily: DataFrame,
+    ids: DataFrame,
+    id_col: str,
+    t_bar: float,
+    half_life_days: float,
+    carried: DataFrame | None = None,
+) -> DataFrame:
+    """One row per id of ``ids`` or ``daily``: ``n``, ``n_today``, the weighted sums ``s0``,
+    ``s1``, ``s2n`` (0 for an id without counts), ``last_t`` (the last day offset with a
+    count, null if none) and the columns of ``carried`` (null where it has no row).
+
+    One aggregation over the union of the three inputs, so the ids are zero-filled and the
+    carried columns joined without a distinct or a join of their own: each input goes
+    through one shuffle. The rows of ``ids`` carry no count (null ``t`` and ``n``), so the
+    sums skip them at the cost of a null test. An id of ``carried`` alone gets no row."""
     from pyspark.sql import functions as F
 
-    all_ids = ids.select(id_col).union(counts.select(id_col)).distinct()
-    value_cols = [c for c in counts.columns if c != id_col]
-    joined = all_ids.join(counts, id_col, "left")
-    return joined.select(id_col, *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in value_cols])
+    parts = [
+        daily.select(id_col, F.col("t").cast("int").alias("t"), F.col("n").cast("long").alias("n")),
+        ids.select(id_col),
+    ]
+    carried_cols = [] if carried is None else [c for c in carried.columns if c != id_col]
+    if carried is not None:
+        parts = [p.withColumn("_here", F.lit(True)) for p in parts]
+        parts.append(carried.withColumn("_here", F.lit(False)))
+    rows = parts[0]
+    for p in parts[1:]:
+        rows = rows.unionByName(p, allowMissingColumns=True)
+    w = F.pow(F.lit(2.0), F.col("t") / F.lit(half_life_days))
+    per_id = rows.groupBy(id_col).agg(
+        F.sum("n").cast("long").alias("n"),
+        F.sum(F.when(F.col("t") == 0, F.col("n"))).cast("long").alias("n_today"),
+        exact_sum(w * F.col("n")).alias("s0"),
+        exact_sum(w * (F.col("t") - F.lit(t_bar)) * F.col("n")).alias("s1"),
+        exact_sum(w * F.col("n") * F.col("n")).alias("s2n"),
+        F.max(F.when(F.col("n") > 0, F.col("t"))).alias("last_t"),
+        *[F.max(c).alias(c) for c in carried_cols],
+        *([F.max("_here").alias("_here")] if carried is not None else []),
+    )
+    if carried is not None:
+        per_id = per_id.where(F.col("_here")).drop("_here")
+    zeros = {"n": 0, "n_today": 0, "s0": 0.0, "s1": 0.0, "s2n": 0.0}
+    return per_id.select(
+        *(
+            F.coalesce(F.col(c), F.lit(zeros[c])).alias(c) if c in zeros else c
+            for c in per_id.columns
+        )
+    )
 
 
 def estimate(
@@ -126,8 +166,10 @@ def estimate(
     offsets: Sequence[int],
     params: RateParams,
     kept: list[DataFrame] | None = None,
+    carried: DataFrame | None = None,
 ) -> DataFrame:
-    """Rates for every id: ``id_col, rate, rate_sd, n, n_today, trend_per_day, prior_rate``.
+    """Rates for every id: ``id_col, rate, rate_sd, n, n_today, trend_per_day, prior_rate,
+    last_t`` and the columns of ``carried`` (:func:`per_id_sums`).
 
     ``daily``: id_col, t (day offset <= 0), n (count that day). With ``kept``, the per-id
     sums (one row per id), which the population prior and the per-id rates both read, are
@@ -139,15 +181,8 @@ def estimate(
     win = Window(tuple(sorted(set(offsets))), params.half_life_days)
     hours = win.hours
     tb = win.t_bar
-    w = F.pow(F.lit(2.0), F.col("t") / F.lit(params.half_life_days))
-    per_id = daily.groupBy(id_col).agg(
-        F.sum("n").cast("long").alias("n"),
-        F.sum(F.when(F.col("t") == 0, F.col("n")).otherwise(0)).cast("long").alias("n_today"),
-        exact_sum(w * F.col("n")).alias("s0"),
-        exact_sum(w * (F.col("t") - F.lit(tb)) * F.col("n")).alias("s1"),
-        exact_sum(w * F.col("n") * F.col("n")).alias("s2n"),
-    )
-    per_id = _zero_filled(per_id, ids, id_col)
+    per_id = per_id_sums(daily, ids, id_col, tb, params.half_life_days, carried)
+    extra = [c for c in per_id.columns if c not in (id_col, "n", "n_today", "s0", "s1", "s2n")]
     if kept is not None and params.method != "trailing_mean":  # the others read it twice
         per_id = per_id.persist(StorageLevel.MEMORY_AND_DISK)
         kept.append(per_id)
@@ -161,6 +196,7 @@ def estimate(
             F.lit(0.0).alias("trend_per_day"),
             "n",
             "n_today",
+            *extra,
         )
 
     if params.method == "trailing_mean_prior":
@@ -182,6 +218,7 @@ def estimate(
             F.lit(0.0).alias("trend_per_day"),
             "n",
             "n_today",
+            *extra,
         )
 
     if params.method != "eb_trend":
@@ -242,4 +279,5 @@ def estimate(
         slope.alias("trend_per_day"),
         "n",
         "n_today",
+        *extra,
     )

@@ -36,7 +36,7 @@ from jobs.common.tables import (
 from jobs.estimators import RateParams, estimate
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 Z90 = 1.6448536269514722  # two-sided 90% normal quantile
@@ -108,59 +108,51 @@ def params_of(settings: Settings, method: str | None = None) -> RateParams:
     )
 
 
-def flag_flash(
-    rates: DataFrame, previous: DataFrame | None, factor: float, min_events: int
-) -> DataFrame:
-    """Adds ``forecast_prev`` (D-1's forecast for D) and ``flash``; a flash producer's rate is
-    raised to at least today's observed rate."""
+def previous_forecast(previous: DataFrame) -> DataFrame:
+    """``producer_id, forecast_prev, bound_prev``: D-1's forecast for D and the upper end of
+    its 90% interval, from D-1's ``rates/producer_rates`` (carried into the estimate's
+    aggregation, :func:`jobs.estimators.per_id_sums`)."""
     from pyspark.sql import functions as F
 
-    if previous is None:
-        out = rates.withColumn("forecast_prev", F.lit(None).cast("double")).withColumn(
-            "_bound", F.lit(None).cast("double")
-        )
-    else:
-        prev = previous.select(
-            "producer_id",
-            F.col("events_per_hour").alias("forecast_prev"),
-            F.coalesce(F.col("rate_hi"), F.col("events_per_hour")).alias("_bound"),
-        )
-        out = rates.join(prev, "producer_id", "left")
+    return previous.select(
+        "producer_id",
+        F.col("events_per_hour").alias("forecast_prev"),
+        F.coalesce(F.col("rate_hi"), F.col("events_per_hour")).alias("bound_prev"),
+    )
+
+
+def flag_flash(rates: DataFrame, factor: float, min_events: int) -> DataFrame:
+    """Adds ``flash`` to rates that carry :func:`previous_forecast`'s columns (null, or
+    absent, where D-1 has no forecast); a flash producer's rate is raised to at least
+    today's observed rate."""
+    from pyspark.sql import functions as F
+
+    out = rates
+    for c in ("forecast_prev", "bound_prev"):
+        if c not in out.columns:
+            out = out.withColumn(c, F.lit(None).cast("double"))
     today = F.col("n_today") / F.lit(24.0)
     # against the upper end of yesterday's 90% interval: a forecast that was itself unsure
     # (little history, a noisy trend) does not turn ordinary days into flashes
     flash = (
-        F.col("_bound").isNotNull()
+        F.col("bound_prev").isNotNull()
         & (F.col("n_today") >= F.lit(min_events))
-        & (today > F.lit(factor) * F.col("_bound"))
+        & (today > F.lit(factor) * F.col("bound_prev"))
     )
-    return (
-        out.withColumn("flash", F.coalesce(flash, F.lit(False)))
-        .withColumn(
-            "rate",
-            F.when(F.col("flash"), F.greatest(F.col("rate"), today)).otherwise(F.col("rate")),
-        )
-        .drop("_bound")
+    return out.withColumn("flash", F.coalesce(flash, F.lit(False))).withColumn(
+        "rate",
+        F.when(F.col("flash"), F.greatest(F.col("rate"), today)).otherwise(F.col("rate")),
     )
 
 
-def last_view(daily: DataFrame, previous: DataFrame | None, ds: dt.date) -> DataFrame:
-    """``consumer_id, last_view_ds``: the last day with a view in the window, or the day
-    carried in D-1's rates (so the inactivity rule can look further back than the window)."""
+def last_view(ds: dt.date, carried: bool) -> Column:
+    """``last_view_ds``: the last day with a view in the window (the estimate's ``last_t``),
+    or, when D-1's rates were ``carried`` into the estimate, the later of that and their
+    ``prev_last_view_ds``, so the inactivity rule can look further back than the window."""
     from pyspark.sql import functions as F
 
-    seen = (
-        daily.where(F.col("n") > 0)
-        .groupBy("consumer_id")
-        .agg(F.date_add(F.lit(ds), F.max("t")).alias("_window_last"))
-    )
-    if previous is None:
-        return seen.select("consumer_id", F.col("_window_last").alias("last_view_ds"))
-    before = previous.select("consumer_id", F.col("last_view_ds").alias("_prev_last"))
-    return seen.join(before, "consumer_id", "full_outer").select(
-        "consumer_id",
-        F.greatest(F.col("_window_last"), F.col("_prev_last")).alias("last_view_ds"),
-    )
+    window_last = F.date_add(F.lit(ds), F.col("last_t"))
+    return F.greatest(window_last, F.col("prev_last_view_ds")) if carried else window_last
 
 
 def shape(
@@ -199,7 +191,10 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     params = params_of(settings)
     follows = read_partition(spark, wh, fo_c, ds)
     kept: list[DataFrame] = []  # per-id sums, each read twice by its estimate
+    prev = ds - dt.timedelta(days=1)
 
+    # D-1's figures ride along in the estimate's one aggregation (no join of their own)
+    previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
     producers = estimate(
         window_counts(spark, wh, "events", days, ds),
         follows.select("producer_id"),
@@ -207,10 +202,9 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         offsets,
         params,
         kept,
+        carried=None if previous is None else previous_forecast(previous),
     )
-    prev = ds - dt.timedelta(days=1)
-    previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
-    producers = flag_flash(producers, previous, settings.flash_factor, settings.flash_min_events)
+    producers = flag_flash(producers, settings.flash_factor, settings.flash_min_events)
     write_partition(
         shape(producers, "producer_id", "events_per_hour", "n_events", len(days), params.method),
         wh,
@@ -218,15 +212,26 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         ds,
     )
 
-    # per consumer and day (bounded by consumers x window days), read by two aggregations
-    view_counts = window_counts(spark, wh, "views", days, ds).persist()
-
-    prev_consumers = read_partition(spark, wh, cr_c, prev) if wh.is_dir(*cr_c.parts(prev)) else None
+    prev_consumers = (
+        read_partition(spark, wh, cr_c, prev).select(
+            "consumer_id", F.col("last_view_ds").alias("prev_last_view_ds")
+        )
+        if wh.is_dir(*cr_c.parts(prev))
+        else None
+    )
     consumers = (
-        estimate(view_counts, follows.select("consumer_id"), "consumer_id", offsets, params, kept)
+        estimate(
+            window_counts(spark, wh, "views", days, ds),
+            follows.select("consumer_id"),
+            "consumer_id",
+            offsets,
+            params,
+            kept,
+            carried=prev_consumers,
+        )
         .withColumn("forecast_prev", F.lit(None).cast("double"))
         .withColumn("flash", F.lit(False))
-        .join(last_view(view_counts, prev_consumers, ds), "consumer_id", "left")
+        .withColumn("last_view_ds", last_view(ds, prev_consumers is not None))
     )
 
     write_partition(
@@ -236,7 +241,6 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         ds,
     )
 
-    view_counts.unpersist()
     for frame in kept:
         frame.unpersist()
     written = read_partition(spark, wh, pr_c, ds)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jobs.estimators import RateParams, estimate
-from jobs.rates import flag_flash, window_days
+from jobs.rates import flag_flash, previous_forecast, window_days
 
 D = dt.date
 
@@ -149,17 +149,35 @@ def test_a_flash_producer_is_flagged_and_its_rate_jumps(spark):
         [("flash", 0.8, 1.0), ("steady", 0.8, 1.0), ("tiny", 0.005, 0.01)],
         "producer_id string, events_per_hour double, rate_hi double",
     )
-    got = {
-        r.producer_id: r for r in flag_flash(rates, previous, factor=4.0, min_events=12).collect()
-    }
+    carried = rates.join(previous_forecast(previous), "producer_id", "left")
+    got = {r.producer_id: r for r in flag_flash(carried, factor=4.0, min_events=12).collect()}
     assert got["flash"].flash and got["flash"].rate == pytest.approx(100 / 24)
     assert not got["steady"].flash and got["steady"].rate == 1.0
-    assert got["flash"].forecast_prev == 0.8  # yesterday's point forecast is kept for reports
     assert got["flash"].forecast_prev == 0.8  # yesterday's point forecast is kept for reports
     assert not got["tiny"].flash  # 5 events is 20x the forecast, but too few to call a flash
     assert (
         not got["newcomer"].flash and got["newcomer"].forecast_prev is None
     )  # no forecast to beat
+
+
+def test_carried_columns_ride_along_and_ids_only_carried_get_no_row(spark):
+    rows = [("a", -2, 3), ("a", -1, 0), ("c", 0, 6)]
+    carried = spark.createDataFrame([("a", 1.5), ("z", 9.0)], "id string, x double")
+    out = estimate(
+        frame(spark, rows),
+        ids_frame(spark, ["a", "b"]),
+        "id",
+        [-2, -1, 0],
+        RateParams(method="trailing_mean"),
+        carried=carried,
+    )
+    got = {r.id: r for r in out.collect()}
+    assert set(got) == {"a", "b", "c"}  # z is only yesterday's: not an id of today
+    assert (got["a"].x, got["b"].x, got["c"].x) == (1.5, None, None)
+    # the last day with a count: a day with 0 does not count, an id without counts has none
+    assert (got["a"].last_t, got["b"].last_t, got["c"].last_t) == (-2, None, 0)
+    assert [(got[i].n, got[i].n_today) for i in "abc"] == [(3, 0), (0, 0), (6, 6)]
+    assert got["a"].rate == pytest.approx(3 / 72) and got["b"].rate == 0.0
 
 
 def test_window_counts_read_ingests_counts_and_count_older_days_from_clean_rows(
