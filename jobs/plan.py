@@ -230,7 +230,8 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     write_partition(plan_cost, wh, contract("plan", "plan_cost"), ds)
     costs.unpersist()
     served = stacked.where(F.col("strategy") == chosen)
-    write_partition(served, wh, contract("plan", "edge_plan"), ds)
+    # a filter of the kept plans: the range write's two passes scan them, no second copy
+    write_partition(served, wh, contract("plan", "edge_plan"), ds, keep=False)
     write_partition(consumer_sources(served), wh, contract("plan", "consumer_sources"), ds)
     members = shared_members.where(F.col("strategy") == chosen)
     readers = (

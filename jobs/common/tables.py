@@ -115,6 +115,7 @@ def write_partition(
     *,
     files: int = 4,
     table: str | None = None,
+    keep: bool = True,
 ) -> None:
     """Write ``df`` as partition ``ds`` of table ``c``, replacing it atomically.
 
@@ -123,16 +124,20 @@ def write_partition(
     (the frame's own partitioning, no shuffle: for large tables only scanned whole).
 
     A range write runs the frame twice, once to sample the range bounds and once to write;
-    the frame is kept (memory, else local disk) between the two rather than computed again."""
+    the frame is kept (memory, else local disk) between the two rather than computed again.
+    ``keep=False`` is for a frame that is itself a cheap read of a kept one (a filter of a
+    persisted frame): both passes scan that instead of building a second copy."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    out = kept = conform(df, c)
+    out = conform(df, c)
+    kept: DataFrame | None = None
     if c.files == "single" or files <= 1:
         out = out.coalesce(1)
     elif c.files == "range" and c.sort_by:
-        kept = kept.persist(StorageLevel.MEMORY_AND_DISK)
-        out = kept.repartitionByRange(files, F.col(c.sort_by[0]))
+        if keep:
+            out = kept = out.persist(StorageLevel.MEMORY_AND_DISK)
+        out = out.repartitionByRange(files, F.col(c.sort_by[0]))
     if c.sort_by and c.files != "as_is":
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
@@ -145,7 +150,8 @@ def write_partition(
         out.write.mode("overwrite").parquet(storage.spark_path(*staged))
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]
-        kept.unpersist()
+        if kept is not None:  # only what this write kept: never the caller's cache
+            kept.unpersist()
     storage.swap_in(staged, final)
 
 
