@@ -195,23 +195,39 @@ def test_spark_candidates_and_their_users_match_algorithm_1(spark, seed):
         assert max(sum(u in us for us in got_capped.values()) for u in p.follows) <= 2
 
 
-@pytest.mark.parametrize("seed", [5, 8])
-def test_view_users_verified_in_rounds_keep_each_users_largest_views(spark, seed):
-    """With a budget of one pair per round, users meet their candidate views over many
+@pytest.mark.parametrize("seed, group_follows, shard_members", [(5, None, None), (8, 40, 25)])
+def test_view_users_verified_in_rounds_keep_each_users_largest_views(
+    spark, seed, group_follows, shard_members
+):
+    """With a budget of one view per round, users meet their candidate views over many
     rounds; the users kept must still be each user's largest views, as Algorithm 1 and the
-    cap compute them by brute force."""
+    cap compute them by brute force. The second case also cuts the users into buckets of
+    about 40 follows and the views into shards of about 25 producers, so each user's views
+    come from several shards and are capped again after them."""
     from jobs.selection import shared
 
     p = random_problem(seed, n_feeds=10, n_users=40)
     e = edges_frame(spark, p)
     cands = shared.candidate_sets(e, H, L, False).persist()
     ids = {r.view_id: frozenset(r.feeds) for r in cands.collect()}
-    for per_user in (1, 3, 1000):
-        got: dict[frozenset[str], list[str]] = {}
-        for r in shared.view_users(cands, e, per_user, round_pairs=1).collect():
-            got.setdefault(ids[r.view_id], []).append(r.consumer_id)
-        expected = {c.feeds: c.users for c in views.candidate_views(p, False, per_user)}
-        assert {f: tuple(sorted(us)) for f, us in got.items()} == expected
+    # cells stay in separate shuffle partitions, as on large data, so both sides of each cell
+    # must be placed alike
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    try:
+        if shard_members:
+            assert sum(len(f) for f in ids.values()) > 3 * shard_members  # several shards
+            assert e.count() > 3 * group_follows  # several buckets
+        for per_user in (1, 3, 1000):
+            got: dict[frozenset[str], list[str]] = {}
+            rows = shared.view_users(
+                cands, e, per_user, 1, group_follows=group_follows, shard_members=shard_members
+            )
+            for r in rows.collect():
+                got.setdefault(ids[r.view_id], []).append(r.consumer_id)
+            expected = {c.feeds: c.users for c in views.candidate_views(p, False, per_user)}
+            assert {f: tuple(sorted(us)) for f, us in got.items()} == expected
+    finally:
+        spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
     # users hold more than three views on average, so the caps bite and rounds are many
     assert sum(len(c.users) for c in views.candidate_views(p, False)) > 3 * len(p.follows)
 

@@ -7,9 +7,10 @@ driver:
 * :func:`candidate_sets`: Algorithm 1's candidate feed sets (PushPrefer / PullPrefer per
   user, or whole follow sets), identical sets merged, as sorted arrays with a stable id.
 * :func:`view_users`: the users of each candidate view, i.e. the users whose follow set
-  contains it: a set-containment join. Each view is joined only on its least-followed
-  producer (the access-predicate idea: the rarest element bounds the candidates), and the
-  remaining producers are verified by counting matched edges.
+  contains it: a set-containment join, in ``applyInPandas`` cells of one user bucket and one
+  view shard each. A user meets only the views indexed under its followed producers by
+  their least-followed producer (the access-predicate idea: the rarest element bounds the
+  candidates) and verifies them largest first, until it holds its cap.
 * :func:`components`: connected components of the user-view membership graph by min-label
   propagation (one join and aggregation per round, rounds bounded by the graph's diameter).
   Views with no shared user and no subset relation do not interact (Section IV.E), and a
@@ -30,8 +31,12 @@ if TYPE_CHECKING:
 
 MAX_ROUNDS = 64
 ROUND_PAIRS = 4
-""":func:`view_users`' first round verifies about this many candidate pairs per view a user
-keeps; each later round doubles it."""
+""":func:`view_users`' first round verifies this many candidate views per view a user keeps;
+each later round doubles it."""
+GROUP_FOLLOWS = 2_000_000
+"""About this many follow edges per user bucket of :func:`view_users`."""
+SHARD_MEMBERS = 20_000_000
+"""About this many view producers (summed view sizes) per view shard of :func:`view_users`."""
 
 
 def view_id(feeds: Column) -> Column:
@@ -72,115 +77,188 @@ def candidate_sets(edges: DataFrame, push_cost: float, pull_cost: float, full: b
 
 
 def view_users(
-    candidates: DataFrame, edges: DataFrame, per_user: int, round_pairs: int | None = None
+    candidates: DataFrame,
+    edges: DataFrame,
+    per_user: int,
+    round_pairs: int | None = None,
+    group_follows: int | None = None,
+    shard_members: int | None = None,
 ) -> DataFrame:
     """``view_id, consumer_id``: every user whose follow set contains the view, each user in
     at most ``per_user`` views (its largest, ties by view id).
 
-    Each view meets only the followers of its least-followed producer (its access
-    predicate: every user of the view follows that producer, and it has the fewest
-    followers) that follow at least as many producers as the view holds; each such pair is
-    verified by counting the view's producers among the user's follow edges. Everything
-    stays in rows of ids (no follow set is carried as an array), so a user who follows tens of
-    thousands of producers costs rows that spill, not one oversized record.
+    A set-containment join, computed by :func:`_containment` with ``applyInPandas`` over a
+    grid of user buckets and view shards. Each bucket's follow edges (about
+    ``group_follows``, default :data:`GROUP_FOLLOWS`) meet each shard of the candidate views
+    (about ``shard_members`` view producers, default :data:`SHARD_MEMBERS`), so a Python
+    worker holds one bucket and one shard, however large the graph. Producer ids travel as
+    64-bit hashes, checked to be distinct (a collision would change the result, so another
+    seed is tried). With more than one shard, each user's largest views over the shards are
+    kept by one window at the end; with one shard, the cells' answers are already final.
 
-    Verification, one row per pair and view producer, is the costly part, and most pairs
-    belong to the few users who follow thousands of producers and so meet thousands of
-    candidate views, of which they keep ``per_user``. It therefore goes in rounds, in the
-    order of that cap, largest views first. Round 0 verifies each user's pairs down to the
-    view size with ``round_pairs`` (default ``ROUND_PAIRS * per_user``) larger pairs ahead of
-    it; each later round doubles that budget. A user leaves once it holds ``per_user``
-    verified views: every pair left unverified is a smaller view, which could not enter its
-    top ``per_user``. The result is exact, and a user's verification is bounded by about
-    twice the budget of the round that completed it instead of by all its pairs."""
+    Within a cell, each view is indexed by its access predicate, its producer with the
+    fewest followers among the bucket's users: every user of the view follows it. A user
+    meets only the views indexed under the producers it follows, at most as large as its
+    follow set, and verifies them in the order of the cap, largest first, in rounds
+    (``round_pairs`` views first, default ``ROUND_PAIRS * per_user``, then twice as many each
+    round) until it holds ``per_user``. Every view left unverified is smaller than the ones it
+    holds, so the result is exact, and a user's verification is bounded by the cap rather
+    than by the number of candidate views it meets (thousands, for a user who follows
+    thousands of producers)."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    spark = edges.sparkSession
     follows = edges.select("consumer_id", "producer_id").persist(StorageLevel.MEMORY_AND_DISK)
-    fan_out = follows.groupBy("producer_id").agg(F.count("*").alias("fan_out"))
-    fan_in = follows.groupBy("consumer_id").agg(F.count("*").alias("fan_in"))
-    members = candidates.select("view_id", "size", F.explode("feeds").alias("producer_id"))
-    rarest = Window.partitionBy("view_id").orderBy("fan_out", "producer_id")
-    access = (
-        members.join(fan_out, "producer_id")
-        .withColumn("_r", F.row_number().over(rarest))
-        .where(F.col("_r") == 1)
-        .select("view_id", "size", "producer_id")
+    seed = _injective_seed(follows.select("producer_id").distinct())
+    size_of = candidates.agg(F.count("*").alias("n"), F.sum("size").alias("m")).first()
+    n_follows = follows.count()
+    members = int(size_of["m"] or 0) if size_of is not None else 0
+    shards = max(1, -(-members // (shard_members or SHARD_MEMBERS)))
+    buckets = max(
+        spark.sparkContext.defaultParallelism, -(-n_follows // (group_follows or GROUP_FOLLOWS))
     )
-    pairs = (
-        access.join(follows, "producer_id")
-        .join(fan_in, "consumer_id")
-        .where(F.col("fan_in") >= F.col("size"))
-        .select("view_id", "size", "consumer_id")
+
+    def hashed(c: Column) -> Column:
+        return F.xxhash64(F.lit(seed), c)
+
+    cells = F.explode(F.sequence(F.lit(0), F.lit(buckets - 1)))
+    view_side = candidates.select(
+        F.pmod(F.xxhash64("view_id"), F.lit(shards)).cast("int").alias("shard"),
+        cells.alias("bucket"),
+        "view_id",
+        "size",
+        F.transform("feeds", hashed).alias("feeds"),
     )
-    # each (user, view size) gets the round that verifies it, from the number of the user's
-    # pairs with larger views: rounds grow as sizes fall, so every round is a band of sizes
-    budget = round_pairs or ROUND_PAIRS * per_user
-    ahead = F.coalesce(
-        F.sum("c").over(
-            Window.partitionBy("consumer_id")
-            .orderBy(F.desc("size"))
-            .rowsBetween(Window.unboundedPreceding, -1)
-        ),
-        F.lit(0),
+    user_side = follows.select(
+        F.explode(F.sequence(F.lit(0), F.lit(shards - 1))).alias("shard"),
+        F.pmod(F.xxhash64("consumer_id"), F.lit(buckets)).cast("int").alias("bucket"),
+        "consumer_id",
+        hashed(F.col("producer_id")).alias("p"),
     )
-    band = F.when(ahead < budget, F.lit(0)).otherwise(
-        F.floor(F.log2(ahead / F.lit(budget))).cast("int") + 1
-    )
-    bands = (
-        pairs.groupBy("consumer_id", "size")
-        .agg(F.count("*").alias("c"))
-        .select("consumer_id", "size", band.alias("round"))
+    found = (
+        view_side.groupBy("shard", "bucket")
+        .cogroup(user_side.groupBy("shard", "bucket"))
+        .applyInPandas(
+            _containment(per_user, round_pairs or ROUND_PAIRS * per_user),
+            "view_id string, consumer_id string, size int",
+        )
         .localCheckpoint()
     )
-    last = bands.groupBy("consumer_id").agg(F.max("round").alias("last")).localCheckpoint()
-    tagged = pairs.join(bands, ["consumer_id", "size"]).persist(StorageLevel.MEMORY_AND_DISK)
-    view_producers = members.select("view_id", "producer_id")
-
-    found: list[DataFrame] = []
-    waiting: DataFrame | None = None  # users that need the next round
-    for r in range(MAX_ROUNDS):
-        batch = tagged.where(F.col("round") == r)
-        if waiting is not None:
-            batch = batch.join(waiting, "consumer_id", "left_semi")
-        found.append(
-            batch.join(view_producers, "view_id")
-            .join(follows, ["consumer_id", "producer_id"], "left_semi")
-            .groupBy("view_id", "consumer_id")
-            .agg(F.count("*").alias("n"), F.first("size").alias("size"))
-            .where(F.col("n") == F.col("size"))
-            .select("view_id", "consumer_id", "size")
-            .localCheckpoint()
-        )
-        held = _union(found).groupBy("consumer_id").agg(F.count("*").alias("held"))
-        waiting = (
-            last.where(F.col("last") > r)
-            .join(held, "consumer_id", "left")
-            .where(F.coalesce("held", F.lit(0)) < per_user)
-            .select("consumer_id")
-            .localCheckpoint()
-        )
-        if waiting.isEmpty():
-            break
-    else:
-        raise RuntimeError(f"view_users: more than {MAX_ROUNDS} verification rounds")
-    tagged.unpersist()
     follows.unpersist()
+    if shards == 1:
+        return found.select("view_id", "consumer_id")
+    from pyspark.sql import Window
+
     largest = Window.partitionBy("consumer_id").orderBy(F.desc("size"), "view_id")
     return (
-        _union(found)
-        .withColumn("_k", F.row_number().over(largest))
+        found.withColumn("_k", F.row_number().over(largest))
         .where(F.col("_k") <= per_user)
         .select("view_id", "consumer_id")
     )
 
 
-def _union(frames: list[DataFrame]) -> DataFrame:
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
+def _injective_seed(producers: DataFrame) -> int:
+    """A seed under which ``xxhash64(seed, producer_id)`` is one-to-one on ``producers``."""
+    from pyspark.sql import functions as F
+
+    for seed in range(42, 42 + 8):
+        clash = (
+            producers.groupBy(F.xxhash64(F.lit(seed), "producer_id").alias("h"))
+            .agg(F.count("*").alias("n"))
+            .where(F.col("n") > 1)
+        )
+        if clash.isEmpty():
+            return seed
+    raise RuntimeError("view_users: no 64-bit hash seed without collisions among producer ids")
+
+
+def _containment(per_user: int, first_round: int):  # type: ignore[no-untyped-def]
+    """The function ``applyInPandas`` runs per (view shard, user bucket): each user's largest
+    ``per_user`` views (ties by view id) among the shard's views its follow set contains.
+    See :func:`view_users`."""
+
+    def run(views_pdf, follows_pdf):  # type: ignore[no-untyped-def]
+        import numpy as np
+        import pandas as pd
+
+        none = pd.DataFrame(
+            {"view_id": pd.Series(dtype=object), "consumer_id": pd.Series(dtype=object)}
+        ).assign(size=pd.Series(dtype="int32"))
+        if views_pdf.empty or follows_pdf.empty:
+            return none
+        # the producers the bucket's users follow, densely numbered, and their followers
+        prods, follow_p = np.unique(follows_pdf["p"].to_numpy(np.int64), return_inverse=True)
+        fans = np.bincount(follow_p, minlength=len(prods))
+        # the views in the order of the cap: largest first, ties by view id
+        views_pdf = views_pdf.sort_values(["size", "view_id"], ascending=[False, True])
+        size = views_pdf["size"].to_numpy(np.int64)
+        flat = np.concatenate(views_pdf["feeds"].to_numpy()).astype(np.int64)
+        pos = np.minimum(np.searchsorted(prods, flat), len(prods) - 1)
+        here = prods[pos] == flat
+        start = np.concatenate(([0], np.cumsum(size)[:-1]))
+        # a view with a producer none of the bucket's users follows has no user here
+        keep = np.logical_and.reduceat(here, start)
+        # access predicate: the view's producer with the fewest followers in the bucket
+        fan = np.where(here, fans[pos], np.iinfo(np.int64).max)
+        low = np.minimum.reduceat(fan, start)
+        at = np.flatnonzero(fan == np.repeat(low, size))
+        seg = np.repeat(np.arange(len(size)), size)[at]
+        first = at[np.unique(seg, return_index=True)[1]]
+        access = pos[first]
+        ranks = np.flatnonzero(keep)  # view ranks, ascending = largest first
+        by_access = ranks[np.argsort(access[ranks], kind="stable")]
+        ptr = np.concatenate(([0], np.cumsum(np.bincount(access[ranks], minlength=len(prods)))))
+
+        def gather(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+            """Positions ``starts[i] .. starts[i] + lens[i] - 1`` for every ``i``, in order."""
+            total = int(lens.sum())
+            shift = np.repeat(starts - np.cumsum(lens) + lens, lens)
+            return shift + np.arange(total)
+
+        codes, users = pd.factorize(follows_pdf["consumer_id"], sort=False)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(users)))))
+        mask = np.zeros(len(prods), dtype=bool)
+        out_v: list[np.ndarray] = []
+        out_u: list[np.ndarray] = []
+        for u in range(len(users)):
+            s = follow_p[order[bounds[u] : bounds[u + 1]]]
+            lo, hi = ptr[s], ptr[s + 1]
+            cand = by_access[gather(lo, hi - lo)]
+            cand = cand[size[cand] <= len(s)]
+            if len(cand) == 0:
+                continue
+            cand.sort()
+            mask[s] = True
+            held: list[np.ndarray] = []
+            need, i, step = per_user, 0, first_round
+            while need > 0 and i < len(cand):
+                chunk = cand[i : i + step]
+                i, step = i + step, 2 * step
+                ok = np.logical_and.reduceat(
+                    mask[pos[gather(start[chunk], size[chunk])]],
+                    np.concatenate(([0], np.cumsum(size[chunk])[:-1])),
+                )
+                got = chunk[ok][:need]
+                held.append(got)
+                need -= len(got)
+            mask[s] = False
+            hit = np.concatenate(held)
+            out_v.append(hit)
+            out_u.append(np.full(len(hit), u))
+        if not out_v:
+            return none
+        v = np.concatenate(out_v)
+        return pd.DataFrame(
+            {
+                "view_id": views_pdf["view_id"].to_numpy()[v],
+                "consumer_id": np.asarray(users)[np.concatenate(out_u)],
+                "size": size[v].astype(np.int32),
+            }
+        )
+
+    return run
 
 
 def components(memberships: DataFrame) -> DataFrame:
