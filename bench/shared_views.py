@@ -2,7 +2,7 @@
 and modeled cost relative to FF-PerPair, on a generated workload.
 
     python bench/shared_views.py --profile gplus [--scale 1] [--work var/bench/gplus] \
-        [--strategies cz-hierarchy2,cz-greedy] [--part-users 2000]
+        [--strategies cz-hierarchy2,cz-greedy] [--part-users 32000]
 
 Generates one day of the profile (skipped when the landing data is there), runs ``ingest``
 and ``rates``, then the ``plan`` stage once for the Feeding Frenzy baselines and once per
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--work", default=None, help="landing and warehouse go under this folder")
     ap.add_argument("--strategies", default="cz-hierarchy2,cz-hierarchy1,cz-greedy")
-    ap.add_argument("--part-users", type=int, default=2000)
+    ap.add_argument("--part-users", type=int, default=32000)
     ap.add_argument("--user-views", type=int, default=30)
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--shuffle-partitions", type=int, default=16)

@@ -96,7 +96,7 @@ class Settings:
     inactive_after_days: int = 7
     """Consumers without a feed view in this many days (ending at ds) get no materialized feed
     and are served by pull until they return; 0 disables the rule."""
-    view_part_users: int = 2000
+    view_part_users: int = 32000
     """Shared views: components of interacting users larger than this are split into parts of
     about this many users, planned independently (docs/shared-views.md)."""
     view_user_views: int = 30

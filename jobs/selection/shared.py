@@ -305,8 +305,9 @@ def parts(users: DataFrame, memberships: DataFrame, part_users: int) -> tuple[Da
     view is a part of its own). A component with more than ``part_users`` users is split:
     first by a MinHash of the user's views (the smallest view id it belongs to, so users
     sharing many views tend to land together), then, where a piece is still more than twice
-    the bound, by the user id. Parts are packed into ``grp`` groups of about ``part_users``
-    users for ``applyInPandas``."""
+    the bound, by the user id. Parts are packed into ``grp`` groups for ``applyInPandas``:
+    about ``part_users`` users each, and at least two per core, so that many small parts
+    are planned in parallel."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -341,7 +342,7 @@ def parts(users: DataFrame, memberships: DataFrame, part_users: int) -> tuple[Da
         ),
     ).localCheckpoint()
     total = u.count()
-    groups = max(1, -(-total // part_users))
+    groups = max(2 * users.sparkSession.sparkContext.defaultParallelism, -(-total // part_users))
     return u.select(
         "consumer_id", "part", F.pmod(F.xxhash64("part"), F.lit(groups)).alias("grp")
     ), groups
