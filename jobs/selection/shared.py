@@ -111,9 +111,9 @@ def view_users(
     spark = edges.sparkSession
     follows = edges.select("consumer_id", "producer_id").persist(StorageLevel.MEMORY_AND_DISK)
     seed = _injective_seed(follows.select("producer_id").distinct())
-    size_of = candidates.agg(F.count("*").alias("n"), F.sum("size").alias("m")).first()
+    total = candidates.agg(F.sum("size").alias("m")).first()
+    members = int(total["m"] or 0) if total is not None else 0
     n_follows = follows.count()
-    members = int(size_of["m"] or 0) if size_of is not None else 0
     shards = max(1, -(-members // (shard_members or SHARD_MEMBERS)))
     buckets = max(
         spark.sparkContext.defaultParallelism, -(-n_follows // (group_follows or GROUP_FOLLOWS))
