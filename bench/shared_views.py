@@ -2,13 +2,18 @@
 and modeled cost relative to FF-PerPair, on a generated workload.
 
     python bench/shared_views.py --profile gplus [--scale 1] [--work var/bench/gplus] \
-        [--strategies cz-hierarchy2,cz-greedy] [--part-users 32000]
+        [--strategies cz-hierarchy2,cz-greedy] [--part-users 32000] [--lower-bound]
 
 Generates one day of the profile (skipped when the landing data is there), runs ``ingest``
 and ``rates``, then the ``plan`` stage once for the Feeding Frenzy baselines and once per
 shared-view strategy (each with FF-PerPair beside it, which the shared-view strategies fall
 back to part by part). Prints a Markdown table and writes
 ``bench/results/shared_views_<profile>.json``.
+
+``--lower-bound`` also prices ``jobs.selection.views.lower_bound`` on the day's graph and rates:
+no plan, whatever its views, costs less. It is computed in this process over the whole graph
+(every user's overlaps with the other followers of its feeds), so it suits graphs of a few
+hundred thousand edges, like ``cz2015``, not ``gplus``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from jobs.common.spark import build_session
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
 from jobs.generate import PROFILES, generate, scaled
+from jobs.plan import day_edges
+from jobs.selection import views
 
 DAY = dt.date(2026, 1, 1)
 BASELINES = ("push-all", "pull-all", "ff-per-pair", "ff-consumer")
@@ -43,6 +50,7 @@ def main() -> None:
     ap.add_argument("--user-views", type=int, default=30)
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--shuffle-partitions", type=int, default=16)
+    ap.add_argument("--lower-bound", action="store_true", help="price the bound on any plan")
     args = ap.parse_args()
 
     work = Path(args.work or f"var/bench/{args.profile}-{args.scale:g}")
@@ -114,6 +122,10 @@ def main() -> None:
             **parts,
         }
         print(f"{name}: {wall:.0f} s, cost {r['total_cost'] / ff:.3f} x FF-PerPair", flush=True)
+    if args.lower_bound:
+        t = time.perf_counter()
+        bound = lower_bound(spark, base)
+        result["lower_bound"] = {"cost": bound, "seconds": round(time.perf_counter() - t, 1)}
     spark.stop()
     result["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
@@ -124,10 +136,39 @@ def main() -> None:
         parts = f"{r['parts']} ({r['fallback_parts']})" if "parts" in r else ""
         wall_s = "" if r["plan_s"] is None else f"{r['plan_s']:.0f}"
         print(f"| {name} | {wall_s} | {r['cost'] / ff:.3f} | {r.get('views', '')} | {parts} |")
+    if "lower_bound" in result:
+        print(f"| lower bound, any plan | | {result['lower_bound']['cost'] / ff:.3f} | | |")
     out = Path("bench/results")
     out.mkdir(parents=True, exist_ok=True)
     name = f"shared_views_{args.profile}_{args.scale:g}.json"
     (out / name).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def lower_bound(spark, settings) -> float:
+    """``views.lower_bound`` over the day's follow graph and rates as ``plan`` prices them.
+    Inactive consumers pull every edge under every strategy, so they add their evaluation
+    cost as it is and read no view."""
+    from pyspark.sql import functions as F
+
+    rows = day_edges(spark, settings, DAY)[0]
+    edges = rows.where("active").select("consumer_id", "producer_id", "theta", "phi").toPandas()
+    idle = (
+        rows.where("not active")
+        .groupBy("consumer_id")
+        .agg(F.count("*").alias("n"), F.max("theta").alias("theta"))
+        .where("n > 1")
+        .agg(F.sum(F.col("theta") * F.col("n")).alias("reads"))
+        .first()
+    )
+    p = views.Problem(
+        edges.groupby("consumer_id")["theta"].first().to_dict(),
+        edges.groupby("consumer_id")["producer_id"].agg(frozenset).to_dict(),
+        edges.groupby("producer_id")["phi"].first().to_dict(),
+        settings.push_cost,
+        settings.pull_cost,
+    )
+    fixed = settings.pull_cost * float(idle["reads"] or 0.0)
+    return views.lower_bound(p) + fixed
 
 
 if __name__ == "__main__":

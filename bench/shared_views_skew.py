@@ -65,8 +65,8 @@ def main() -> None:
     ap.add_argument("--push-cost", type=float, default=3.0)
     ap.add_argument("--pull-cost", type=float, default=1.0)
     args = ap.parse_args()
-    names = ["push-all", "pull-all", "per-user optimum", "cz-greedy", "cz-hierarchy1"]
-    names.append("cz-hierarchy2")
+    names = ["push-all", "pull-all", "lower bound", "per-user optimum", "cz-greedy"]
+    names += ["cz-hierarchy1", "cz-hierarchy2"]
     print(
         f"{args.profile} x{args.scale:g}, H/L = {args.push_cost / args.pull_cost:g}; "
         "modeled cost / FF-PerPair"
@@ -76,6 +76,7 @@ def main() -> None:
     for skew in (float(x) for x in args.skews.split(",")):
         p = problem(args.profile, args.scale, skew, args.seed, args.push_cost, args.pull_cost)
         costs = baselines(p)
+        costs["lower bound"] = views.lower_bound(p)
         seconds = {}
         for name, (full, how) in views.ALGORITHMS.items():
             t = time.perf_counter()

@@ -144,6 +144,14 @@ def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plan
     """The plans of every enabled strategy from the data of day ``ds``: its follow graph and
     rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis). The plan
     stage serves one of them; ``feedpipe evaluate`` replays them all on the next day."""
+    edges, phi = day_edges(spark, settings, ds)
+    return plans_of(edges, settings, phi)
+
+
+def day_edges(spark: SparkSession, settings: Settings, ds: dt.date) -> tuple[DataFrame, DataFrame]:
+    """The follow edges of day ``ds`` as the strategies plan them
+    (``feeding_frenzy.edge_inputs``: rates, activity, the mode served on ``ds - 1``), and
+    ``producer_id, phi`` of the day's producers."""
     from pyspark.sql import functions as F
 
     wh = Storage.at(settings.warehouse)
@@ -155,8 +163,7 @@ def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plan
     current = read_partition(spark, wh, ep_c, prev) if wh.is_dir(*ep_c.parts(prev)) else None
     cr = cr.withColumn("active", latency.consumer_activity(F.lit(ds), settings.inactive_after_days))
     edges = feeding_frenzy.edge_inputs(follows, pr, cr, current)
-    phi = pr.select("producer_id", F.col("events_per_hour").alias("phi"))
-    return plans_of(edges, settings, phi)
+    return edges, pr.select("producer_id", F.col("events_per_hour").alias("phi"))
 
 
 def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None) -> Plans:

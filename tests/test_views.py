@@ -158,6 +158,81 @@ def test_every_chosen_view_had_positive_benefit(seed):
     assert replay.cost(p) == pytest.approx(s.cost(p))
 
 
+def exact_optimum(p: views.Problem) -> float:
+    """The cheapest plan of all, by brute force: every set of materialized views (feed sets
+    of two or more), each user reading the fewest sources that cover its follow set."""
+    import itertools
+
+    feeds = sorted(p.phi)
+    subsets = [
+        frozenset(c) for n in range(2, len(feeds) + 1) for c in itertools.combinations(feeds, n)
+    ]
+
+    def fewest(fs: frozenset[str], usable: list[frozenset[str]]) -> int:
+        best = len(fs)  # every feed native
+        for n in range(1, len(usable) + 1):
+            for combo in itertools.combinations(usable, n):
+                covered = frozenset().union(*combo)
+                best = min(best, n + len(fs - covered))
+        return best
+
+    best = float("inf")
+    for n in range(len(subsets) + 1):
+        for chosen in itertools.combinations(subsets, n):
+            cost = sum(p.maintenance(v) for v in chosen)
+            for u, fs in p.follows.items():
+                cost += p.evaluation(u, fewest(fs, [v for v in chosen if v <= fs]))
+            best = min(best, cost)
+    return best
+
+
+def test_lower_bound_worked_by_hand():
+    # u1: one view of {f1, f2}, which u3's follow set also contains, read by at most two:
+    #     3 * 5 / 2 = 7.5; two sources cost more (f1 7 through A with u3, f2 8 native: 15)
+    # u2: B read by at most two: 3 * 4 / 2 = 6 (f3 6 native, f4 1.5 + 3 through B: 10.5)
+    # u3: no other user follows all four: 27; two sources or more: f1 3 + 12/2 = 9,
+    #     f2 and f3 4.5 + 6 = 10.5, f4 1.5 + 6 = 7.5 (37.5), or its personal view with each
+    #     feed's cheaper price: 12 + min(9, 6) + min(10.5, 9) * 2 + min(7.5, 3) = 39
+    p = problem()
+    assert views.lower_bound(p) == pytest.approx(7.5 + 6 + 27)
+    assert views.lower_bound(p) <= exact_optimum(p) <= 51.0  # Hierarchy-1's plan
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_lower_bound_never_above_the_cheapest_plan(seed):
+    p = random_problem(seed, n_feeds=4, n_users=random.Random(seed).randint(2, 6))
+    best = exact_optimum(p)
+    assert views.lower_bound(p) <= best + 1e-9
+    for full in (False, True):
+        for select in (views.greedy, views.hierarchy):
+            assert best <= select(p, views.candidate_views(p, full=full)).cost(p) + 1e-9
+    assert best <= ff_per_pair_cost(p) + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lower_bound_without_overlaps_is_each_users_best_plan_alone(seed):
+    # users share at most one feed, so no view can be read by two users: the bound is the
+    # best personal view of each user, found here over every subset of its follow set
+    import itertools
+
+    r = random.Random(seed)
+    follows, phi = {}, {"hub": r.choice([0.5, 1.0, 4.0])}
+    for i in range(r.randint(2, 6)):
+        own = [f"f{i}_{j}" for j in range(r.randint(1, 6))]
+        phi.update({f: r.choice([0.5, 1.0, 2.0, 3.0, 5.0]) for f in own})
+        follows[f"u{i}"] = frozenset(own + (["hub"] if r.random() < 0.7 else []))
+    theta = {u: r.choice([1.0, 2.0, 4.0, 8.0, 16.0]) for u in follows}
+    p = views.Problem(theta, follows, phi, H, L)
+    expected = 0.0
+    for u, fs in follows.items():
+        options = [p.evaluation(u, len(fs))]
+        for n in range(1, len(fs) + 1):
+            for mine in itertools.combinations(sorted(fs), n):
+                options.append(p.maintenance(mine) + p.evaluation(u, len(fs) - n + 1))
+        expected += min(options)
+    assert views.lower_bound(p) == pytest.approx(expected)
+
+
 def edges_frame(spark, p: views.Problem):
     rows = [(u, f, p.phi[f], p.theta[u]) for u, fs in p.follows.items() for f in sorted(fs)]
     return spark.createDataFrame(

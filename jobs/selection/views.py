@@ -346,6 +346,58 @@ ALGORITHMS: dict[str, tuple[bool, str]] = {
 follow sets (Section V.A); Hierarchy-1 full sets, Hierarchy-2 Algorithm 1's candidates."""
 
 
+def lower_bound(p: Problem) -> float:
+    """A lower bound on the modeled cost (Eq. 5) of every plan over ``p``, whatever views it
+    materializes: no selection, Section IV's algorithms or any other, can cost less.
+
+    Each view's maintenance ``M(v)`` (Eq. 4) is split evenly among the users that read it,
+    and a user's evaluation, ``theta_u L`` per source (Eq. 3), evenly among the source's
+    feeds. A user ``u`` who reads two sources or more then pays for each feed ``f`` at least
+    the cheapest of:
+
+    * ``f``'s native view: ``theta_u L``;
+    * a view read by ``k >= 2`` users: ``H phi_f / k + theta_u L / |v|``. The view lies in
+      every reader's follow set, so ``|v|`` is at most the ``(k-1)``-th largest overlap
+      ``|F_u & F_w|`` among the other followers ``w`` of ``f``;
+    * its personal view (read by ``u`` alone): ``H phi_f``, and ``theta_u L`` once for it.
+
+    A user who reads one source reads a view of its whole follow set (or its one feed's
+    native view, free), read by at most the users whose follow sets contain it.
+
+    Where no two follow sets overlap in two feeds, this is each user's best plan alone (a
+    personal view over its least active feeds); shared views lower it only as far as the
+    overlaps allow. It is not tight: each feed is priced in its own best view."""
+    H, L = p.push_cost, p.pull_cost
+    followers: dict[str, list[str]] = {}
+    for u, fs in p.follows.items():
+        for f in fs:
+            followers.setdefault(f, []).append(u)
+    total = 0.0
+    for u, fs in p.follows.items():
+        n = len(fs)
+        if n < 2:
+            continue  # its one feed's native view, no evaluation
+        overlap: dict[str, int] = {}
+        for f in fs:
+            for w in followers[f]:
+                overlap[w] = overlap.get(w, 0) + 1
+        del overlap[u]
+        containing = sum(1 for x in overlap.values() if x == n)
+        one = H * sum(p.phi[f] for f in fs) / (1 + containing)
+        read = p.theta[u] * L
+        shared, personal = 0.0, read
+        for f in fs:
+            maint = H * p.phi[f]
+            best = read
+            sizes = sorted((overlap[w] for w in followers[f] if w != u), reverse=True)
+            for k, size in enumerate(sizes, 2):
+                best = min(best, maint / k + read / size)
+            shared += best
+            personal += min(best, maint)
+        total += min(one, shared, personal)
+    return total
+
+
 def view_id(feeds: Iterable[str]) -> str:
     """The id ``jobs.selection.shared.view_id`` computes in Spark, for the same feed set."""
     import hashlib
