@@ -178,7 +178,9 @@ def bench_scale(
 
     env.pop("FEEDPIPE_CONFIG", None)
 
-    submit = [str(bin_dir / "spark-submit"), "--master", "local[*]"]
+    # the driver memory the DAG gives each stage (dags/feeds_daily.py)
+    memory = os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g")
+    submit = [str(bin_dir / "spark-submit"), "--master", "local[*]", "--driver-memory", memory]
     if java_options := driver_java_options():  # as the DAG submits (jobs/cds.py)
         submit += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
 

@@ -193,3 +193,25 @@ def test_hysteresis_around_the_threshold(spark, current, theta, expected):
     e = feeding_frenzy.edge_inputs(follows, pr, cr, plan)
     assert modes(feeding_frenzy.ff_per_pair(e, 3.0, margin=0.2)) == {("c", "p"): expected}
     assert modes(feeding_frenzy.ff_consumer(e, 3.0, margin=0.2)) == {("c", "p"): expected}
+
+
+def test_scoped_conf_sets_for_the_block_and_restores_the_session(spark):
+    from jobs.common.config import Settings
+    from jobs.common.spark import scoped_conf
+
+    key, other = "spark.sql.inMemoryColumnarStorage.compressed", "spark.sql.shuffle.partitions"
+    before = spark.conf.get(other)
+    spark.conf.set(other, "7")
+    try:
+        block = scoped_conf(spark, {key: "false", other: "3"}, Settings())
+        with pytest.raises(RuntimeError), block:
+            assert (spark.conf.get(key), spark.conf.get(other)) == ("false", "3")
+            raise RuntimeError("a stage that fails still gives the session back")
+        # unset before: back to Spark's default; set before: back to that value
+        assert (spark.conf.get(key), spark.conf.get(other)) == ("true", "7")
+        # what the operator sets in spark_conf is theirs: left alone
+        own = Settings(spark_conf={key: "true"})
+        with scoped_conf(spark, {key: "false"}, own):
+            assert spark.conf.get(key) == "true"
+    finally:
+        spark.conf.set(other, before)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from jobs.common.config import Settings
@@ -64,3 +66,24 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     spark = builder.getOrCreate()
     log.info("spark session %s on %s", app_name, spark.conf.get("spark.master", "?"))
     return spark
+
+
+@contextmanager
+def scoped_conf(spark: SparkSession, conf: Mapping[str, str], settings: Settings) -> Iterator[None]:
+    """Sets the SQL settings ``conf`` for the block and restores the session's own after it,
+    so one stage's tuning does not leak into the next stage of a shared session (``feedpipe
+    run``). A key the operator sets in ``spark_conf`` is left as they set it."""
+    saved: dict[str, str | None] = {}
+    for key, value in conf.items():
+        if key in settings.spark_conf:
+            continue
+        saved[key] = spark.conf.get(key, None)
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
