@@ -101,23 +101,36 @@ def assignments(
     return out, views
 
 
-def consumer_sources(edge_plan: DataFrame) -> DataFrame:
+def consumer_sources(edge_plan: DataFrame, views: bool = True) -> DataFrame:
     """Per consumer, each source its feed reads: its personal feed, each shared view, each
     pulled producer. A pull is its edge's own row (one per follow edge): only pushes and views,
-    which many edges share, are made distinct, so the pulls skip the distinct's shuffle."""
+    which many edges share, are made distinct, so the pulls skip the distinct's shuffle. A
+    push's source is its consumer, so the personal feeds are the distinct consumers with a
+    push (one key to hash, not three). ``views=False`` says the plan has no view edges (no
+    shared-view strategy), which skips their scan."""
     from pyspark.sql import functions as F
 
-    pulls = edge_plan.where(F.col("mode") == "pull").select(
+    mode = F.col("mode")
+    pulls = edge_plan.where(mode == "pull").select(
         "consumer_id", F.lit("producer").alias("source_type"), "source_id"
     )
-    shared = edge_plan.where(F.col("mode").isin("push", "view")).select(
-        "consumer_id",
-        F.when(F.col("mode") == "push", F.lit("consumer_feed"))
-        .otherwise(F.lit("view"))
-        .alias("source_type"),
-        "source_id",
+    feeds = (
+        edge_plan.where(mode == "push")
+        .select("consumer_id")
+        .distinct()
+        .select(
+            "consumer_id",
+            F.lit("consumer_feed").alias("source_type"),
+            F.col("consumer_id").alias("source_id"),
+        )
     )
-    return pulls.unionByName(shared.distinct())
+    out = pulls.unionByName(feeds)
+    if views:
+        read = edge_plan.where(mode == "view").select("consumer_id", "source_id").distinct()
+        out = out.unionByName(
+            read.select("consumer_id", F.lit("view").alias("source_type"), "source_id")
+        )
+    return out
 
 
 @dataclass
@@ -255,7 +268,8 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
     served = stacked.where(F.col("strategy") == chosen)
     # a filter of the kept plans: the range write's two passes scan them, no second copy
     write_partition(served, wh, contract("plan", "edge_plan"), ds, keep=False)
-    write_partition(consumer_sources(served), wh, contract("plan", "consumer_sources"), ds)
+    sources = consumer_sources(served, views=chosen in SHARED_VIEW_STRATEGIES)
+    write_partition(sources, wh, contract("plan", "consumer_sources"), ds)
     members = shared_members.where(F.col("strategy") == chosen)
     readers = (
         served.where(F.col("mode") == "view")

@@ -161,6 +161,35 @@ def test_consumer_sources_one_row_per_source(spark, edges):
     ]
 
 
+def test_consumer_sources_of_a_plan_with_shared_views(spark):
+    # c1 reads view v1 for two producers and pushes two more; c2 reads v1 and v2 and pulls p5
+    plan = spark.createDataFrame(
+        [
+            ("c1", "p1", "view", "v1"),
+            ("c1", "p2", "view", "v1"),
+            ("c1", "p3", "push", "c1"),
+            ("c1", "p4", "push", "c1"),
+            ("c2", "p1", "view", "v1"),
+            ("c2", "p3", "view", "v2"),
+            ("c2", "p5", "pull", "p5"),
+        ],
+        "consumer_id string, producer_id string, mode string, source_id string",
+    )
+    got = sorted(tuple(r) for r in consumer_sources(plan).collect())
+    assert got == [
+        ("c1", "consumer_feed", "c1"),
+        ("c1", "view", "v1"),
+        ("c2", "producer", "p5"),
+        ("c2", "view", "v1"),
+        ("c2", "view", "v2"),
+    ]
+    # told the plan has no views, the view edges are not read
+    assert sorted(tuple(r) for r in consumer_sources(plan, views=False).collect()) == [
+        ("c1", "consumer_feed", "c1"),
+        ("c2", "producer", "p5"),
+    ]
+
+
 def test_an_empty_graph_costs_nothing_under_every_strategy(spark):
     empty = spark.createDataFrame([], "consumer_id string, producer_id string")
     pr = spark.createDataFrame([], "producer_id string, events_per_hour double")
