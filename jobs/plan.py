@@ -219,8 +219,8 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
 
 PLAN_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
 """The plan stage's own Spark settings (``jobs.common.spark.scoped_conf``). The plans it
-keeps (one row per strategy and follow edge) are built once and scanned four times: for the
-costs, twice by the edge plan's range write and once for the consumer sources. Their ids
+keeps (one row per strategy and follow edge) are built once and scanned by every later step:
+the costs, the edge plan's range write (twice) and the consumer sources. Their ids
 barely compress: at ``ff2010 --scale 4`` (4M edges) the kept plan took 135 MB in memory
 either way, and compressing it made the stage take 80 to 89 s on two cores against 69 to 71
 s without (docs/benchmarks.md, "A sixth round")."""
