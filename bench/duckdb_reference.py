@@ -31,13 +31,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jobs.common.config import Settings, load_settings  # noqa: E402
+from jobs.common.exact import FRACTION_BITS, HALF_BITS, HALF_MASK  # noqa: E402
 from jobs.estimators import Window  # noqa: E402
 from jobs.rates import Z90, window_days  # noqa: E402
 
 INTERVAL90 = (
     f"greatest(rate - {Z90!r} * rate_sd, 0.0) AS rate_lo, rate + {Z90!r} * rate_sd AS rate_hi"
 )
-EXACT = "DECIMAL(38,18)"  # the product's exact_sum: terms rounded to 18 decimals, summed exactly
+
+
+def exact_sum_sql(expr: str) -> str:
+    """The product's ``exact_sum`` (``jobs/common/exact.py``) in DuckDB SQL: each term cut
+    to 60 binary fraction digits, held as three integers, summed exactly and carried into
+    one double the same way, so both give the same bits."""
+    x = f"({expr})"
+    frac = f"floor(({x} - floor({x})) * {float(1 << FRACTION_BITS)!r})::BIGINT"
+    hi, mid, lo = (
+        f"sum(floor({x})::BIGINT)",
+        f"sum({frac} >> {HALF_BITS})",
+        f"sum({frac} & {HALF_MASK})",
+    )
+    m = f"({mid} + ({lo} >> {HALF_BITS}))"
+    whole = f"({hi} + ({m} >> {HALF_BITS}))"
+    fraction = f"((({m} & {HALF_MASK}) << {HALF_BITS}) | ({lo} & {HALF_MASK}))"
+    return f"({whole}::BIGINT::DOUBLE + {fraction}::BIGINT::DOUBLE * {2.0**-FRACTION_BITS!r})"
 
 
 def _days_present(wh: Path, table: str) -> list[dt.date]:
@@ -90,9 +107,9 @@ def _estimate_sql(daily: str, ids: str, id_col: str, offsets: list[int], s: Sett
     WITH agg AS (
         SELECT {id_col}, sum(n)::BIGINT AS n,
                sum(CASE WHEN t = 0 THEN n ELSE 0 END)::BIGINT AS n_today,
-               sum(CAST({w} * n AS {EXACT}))::DOUBLE AS s0,
-               sum(CAST({w} * (t - {tb!r}) * n AS {EXACT}))::DOUBLE AS s1,
-               sum(CAST({w} * n * n AS {EXACT}))::DOUBLE AS s2n
+               {exact_sum_sql(f"{w} * n")} AS s0,
+               {exact_sum_sql(f"{w} * (t - {tb!r}) * n")} AS s1,
+               {exact_sum_sql(f"{w} * n * n")} AS s2n
         FROM ({daily}) GROUP BY {id_col}
     ),
     ids AS (SELECT {id_col} FROM ({ids}) UNION SELECT {id_col} FROM agg),
@@ -102,11 +119,11 @@ def _estimate_sql(daily: str, ids: str, id_col: str, offsets: list[int], s: Sett
         FROM ids LEFT JOIN agg USING ({id_col})
     ),
     moments AS (
-        SELECT sum(CAST(s0 / {exposure!r} AS {EXACT}))::DOUBLE / count(*) AS mean,
-               sum(CAST((s0 / {exposure!r}) * (s0 / {exposure!r}) AS {EXACT}))::DOUBLE
+        SELECT {exact_sum_sql(f"s0 / {exposure!r}")} / count(*) AS mean,
+               {exact_sum_sql(f"(s0 / {exposure!r}) * (s0 / {exposure!r})")}
                    / count(*) AS mean_sq,
-               sum(CAST(greatest({rss}, 0.0) AS {EXACT}))::DOUBLE
-                   / nullif(sum(CAST(s0 / {w_sum!r} * {fit_dof!r} AS {EXACT}))::DOUBLE, 0)
+               {exact_sum_sql(f"greatest({rss}, 0.0)")}
+                   / nullif({exact_sum_sql(f"s0 / {w_sum!r} * {fit_dof!r}")}, 0)
                    AS disp
         FROM per_id
     ),
@@ -293,29 +310,29 @@ def _cost_sql(s: Settings) -> str:
         f"min(n_sources) FILTER (WHERE cum >= {q - 1e-12!r})::DOUBLE AS sources_p{round(q * 100)}"
         for q in (0.50, 0.95, 0.99)
     )
+    ev = f"CASE WHEN n_sources > 1 THEN theta * {L!r} * n_sources ELSE 0.0 END"
+    ok = f"CASE WHEN {metric} <= {s.latency_bound} THEN theta ELSE 0.0 END"
     return f"""
         WITH per_c AS (
             SELECT consumer_id, any_value(theta) AS theta,
                    count(*) FILTER (WHERE mode = 'pull') AS n_pull,
                    count(*) FILTER (WHERE mode = 'push') AS n_push,
-                   sum(CASE WHEN mode = 'push' THEN phi::{EXACT} ELSE 0 END)::DOUBLE AS push_phi,
+                   {exact_sum_sql("CASE WHEN mode = 'push' THEN phi ELSE 0.0 END")} AS push_phi,
                    count(*) FILTER (WHERE current_mode IS NOT NULL AND mode <> current_mode)
                        AS mode_changes,
                    min(coalesce(active, true)::INTEGER) AS active
             FROM served GROUP BY consumer_id),
         c AS (SELECT *, n_pull + (n_push > 0)::INTEGER AS n_sources FROM per_c),
-        hist AS (SELECT n_sources, sum(theta::{EXACT})::DOUBLE AS w FROM c GROUP BY n_sources),
+        hist AS (SELECT n_sources, {exact_sum_sql("theta")} AS w FROM c GROUP BY n_sources),
         cdf AS (SELECT n_sources, sum(w) OVER (ORDER BY n_sources) / sum(w) OVER () AS cum
                 FROM hist),
         totals AS (
-            SELECT round(sum((push_phi * {H!r})::{EXACT})::DOUBLE, 6) AS maintenance_cost,
-                   round(sum(CASE WHEN n_sources > 1 THEN (theta * {L!r} * n_sources)::{EXACT}
-                                  ELSE 0 END)::DOUBLE, 6) AS evaluation_cost,
+            SELECT round({exact_sum_sql(f"push_phi * {H!r}")}, 6) AS maintenance_cost,
+                   round({exact_sum_sql(ev)}, 6) AS evaluation_cost,
                    sum(n_push) AS push_edges, sum(n_pull) AS pull_edges,
                    count(*) AS consumers, sum(mode_changes) AS mode_changes,
                    sum(1 - active) AS inactive_consumers,
-                   round(sum(CASE WHEN {metric} <= {s.latency_bound} THEN theta::{EXACT}
-                                  ELSE 0 END)::DOUBLE / sum(theta::{EXACT})::DOUBLE, 6)
+                   round({exact_sum_sql(ok)} / {exact_sum_sql("theta")}, 6)
                        AS latency_share
             FROM c)
         SELECT 'ff-per-pair' AS strategy, *,

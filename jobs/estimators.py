@@ -42,8 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobs.common.exact import exact_sum
+
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 METHODS = ("eb_trend", "trailing_mean_prior", "trailing_mean")
 
@@ -92,20 +94,6 @@ class Window:
     def t_var_sum_w2(self) -> float:
         tb = self.t_bar
         return sum(self.weight(t) ** 2 * (t - tb) ** 2 for t in self.offsets)
-
-
-def exact_sum(c: Column) -> Column:
-    """A sum that does not depend on the order of its terms: each term is rounded to 18
-    decimals and added exactly, so reruns give bit-identical results."""
-    return exact_partial_sum(c).cast("double")
-
-
-def exact_partial_sum(c: Column) -> Column:
-    """:func:`exact_sum` left as a decimal, to be summed again (``exact_sum`` of these
-    partial sums is the ``exact_sum`` of all the terms, to the bit)."""
-    from pyspark.sql import functions as F
-
-    return F.sum(c.cast("decimal(38,18)"))
 
 
 def per_id_sums(

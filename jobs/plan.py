@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
+from jobs.common.exact import exact_sum
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, write_partition
-from jobs.estimators import exact_sum
 from jobs.selection import cost, feeding_frenzy, latency, shared
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jobs.common.config import SHARED_VIEW_STRATEGIES
-from jobs.estimators import exact_partial_sum, exact_sum
+from jobs.common.exact import exact_partial_sum, exact_resum, exact_sum, exact_value
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -155,7 +155,7 @@ def plan_costs(
         0.0
     )
     # one pass over the consumers: summed per (strategy, n_sources), then per strategy
-    sums = {  # exact partial sums (decimal), added up per strategy below
+    sums = {  # exact partial sums, added up per strategy below
         "feed_maintenance": F.col("push_phi") * F.lit(H),
         "evaluation_cost": ev,
         "_w": F.col("theta"),
@@ -177,12 +177,12 @@ def plan_costs(
             *(exact_partial_sum(c).alias(name) for name, c in sums.items()),
             *(F.sum(c).alias(name) for name, c in counts.items()),
         )
-        .withColumn("w", F.col("_w").cast("double"))
+        .withColumn("w", exact_value(F.col("_w")))
     )
     consumer_side = weighted_percentiles(
         hist,
         (0.50, 0.95, 0.99),
-        *(F.sum(name).cast("double").alias(name) for name in sums),
+        *(exact_value(exact_resum(F.col(name))).alias(name) for name in sums),
         *(F.sum(name).alias(name) for name in counts),
     )
     view_side = view_members.groupBy("strategy").agg(

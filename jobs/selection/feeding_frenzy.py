@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jobs.common.exact import exact_sum
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -75,7 +77,7 @@ def consumer_totals(edges: DataFrame) -> DataFrame:
         (any_push == 0) & (any_other == 1), False
     )
     return edges.withColumn(  # summed exactly (see exact_sum): the same decision on every rerun
-        "phi_sum", F.sum(F.col("phi").cast("decimal(38,18)")).over(by_consumer).cast("double")
+        "phi_sum", exact_sum(F.col("phi"), over=by_consumer)
     ).withColumn("consumer_pushed", pushed)
 
 
