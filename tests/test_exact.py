@@ -95,6 +95,23 @@ def test_exact_sum_of_no_terms_is_null_and_nulls_are_skipped(spark):
     assert got == {1: None, 2: -1.25}
 
 
+def test_a_term_that_is_not_a_finite_double_below_2_63_fails_the_query(spark):
+    """docs/operations.md: with Spark's ANSI mode (the default) a NaN, an infinity or a term
+    beyond 2^63 stops the query instead of adding a wrong value."""
+    from pyspark.errors import ArithmeticException
+    from pyspark.sql import functions as F
+
+    from jobs.common.exact import exact_sum
+
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    for bad in (math.nan, math.inf, -1e19):
+        df = spark.createDataFrame([(1, 1.0), (1, bad)], "g int, x double")
+        with pytest.raises(ArithmeticException, match="CAST_OVERFLOW"):
+            df.groupBy("g").agg(exact_sum(F.col("x"))).collect()
+    big = spark.createDataFrame([(1, 2.0**62), (1, 0.5)], "g int, x double")
+    assert big.groupBy("g").agg(exact_sum(F.col("x")).alias("s")).first()["s"] == 2.0**62
+
+
 def test_the_duckdb_reference_sums_to_the_same_bits(tmp_path):
     duckdb = pytest.importorskip("duckdb")
     sys.path.insert(0, str(ROOT / "bench"))
