@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from jobs.common.exact import exact_sum
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 METHODS = ("eb_trend", "trailing_mean_prior", "trailing_mean")
 
@@ -147,6 +147,20 @@ def per_id_sums(
     )
 
 
+def population(prior: DataFrame) -> dict[str, Column]:
+    """The one row of the population's figures (the prior), as literals.
+
+    Fetched by one small action, so the rates that read them are a projection of the per-id
+    sums: no broadcast join, and no second job racing the first to build the kept sums (a
+    broadcast of an aggregate of a frame not yet cached computes that frame twice). A double
+    goes to Python and back unchanged, so the rates are the same to the bit."""
+    from pyspark.sql import functions as F
+
+    row = prior.first()
+    assert row is not None  # a global aggregation has one row, with or without ids
+    return {f.name: F.lit(row[f.name]).cast(f.dataType) for f in prior.schema.fields}
+
+
 def estimate(
     daily: DataFrame,
     ids: DataFrame,
@@ -161,8 +175,10 @@ def estimate(
 
     ``daily``: id_col, t (day offset <= 0), n (count that day). With ``kept``, the per-id
     sums (one row per id), which the population prior and the per-id rates both read, are
-    persisted and appended to it for the caller to unpersist once the rates are written;
-    without it they are computed twice."""
+    persisted and appended to it for the caller to unpersist once the rates are written
+    (the rates are a projection of them, so a range write can scan them for its sample and
+    its write: ``write_partition(keep=False)``); without it they are computed twice. The
+    prior is computed here, by one small action (:func:`population`)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -171,7 +187,7 @@ def estimate(
     tb = win.t_bar
     per_id = per_id_sums(daily, ids, id_col, tb, params.half_life_days, carried)
     extra = [c for c in per_id.columns if c not in (id_col, "n", "n_today", "s0", "s1", "s2n")]
-    if kept is not None and params.method != "trailing_mean":  # the others read it twice
+    if kept is not None:
         per_id = per_id.persist(StorageLevel.MEMORY_AND_DISK)
         kept.append(per_id)
 
@@ -188,21 +204,22 @@ def estimate(
         )
 
     if params.method == "trailing_mean_prior":
-        pop = per_id.agg(
-            F.greatest(
-                F.try_divide(F.sum("n").cast("double"), F.count("*") * F.lit(hours)),
-                F.lit(params.rate_floor),
-            ).alias("prior_rate")
+        mean = population(
+            per_id.agg(
+                F.greatest(
+                    F.try_divide(F.sum("n").cast("double"), F.count("*") * F.lit(hours)),
+                    F.lit(params.rate_floor),
+                ).alias("prior_rate")
+            )
         )
         tau = params.prior_hours
-        rate = (F.col("n") + F.col("prior_rate") * F.lit(tau)) / F.lit(hours + tau)
-        return per_id.crossJoin(F.broadcast(pop)).select(
+        prior_rate = mean["prior_rate"]
+        rate = (F.col("n") + prior_rate * F.lit(tau)) / F.lit(hours + tau)
+        return per_id.select(
             id_col,
             rate.alias("rate"),
-            (F.sqrt(F.col("n") + F.col("prior_rate") * F.lit(tau)) / F.lit(hours + tau)).alias(
-                "rate_sd"
-            ),
-            F.coalesce(F.col("prior_rate"), F.lit(params.rate_floor)).alias("prior_rate"),
+            (F.sqrt(F.col("n") + prior_rate * F.lit(tau)) / F.lit(hours + tau)).alias("rate_sd"),
+            F.coalesce(prior_rate, F.lit(params.rate_floor)).alias("prior_rate"),
             F.lit(0.0).alias("trend_per_day"),
             "n",
             "n_today",
@@ -239,31 +256,34 @@ def estimate(
     # prior variance: what is left of the spread once Poisson noise is taken out; never
     # below (m/2)^2 / 100 so that alpha stays finite when ids barely differ
     s2 = F.greatest(F.col("v") - F.col("m") * F.lit(noise), F.pow(F.col("m") / 20.0, 2))
-    prior = pop.select(
-        F.col("m").alias("prior_rate"),
-        (F.col("m") * F.col("m") / s2).alias("alpha"),
-        (F.col("m") / s2).alias("beta"),
-        "dispersion",
+    prior = population(
+        pop.select(
+            F.col("m").alias("prior_rate"),
+            (F.col("m") * F.col("m") / s2).alias("alpha"),
+            (F.col("m") / s2).alias("beta"),
+            "dispersion",
+        )
     )
+    alpha, beta = prior["alpha"], prior["beta"]
     slope = F.col("s1") / F.lit(q) if q > 0 else F.lit(0.0)
-    level = (F.col("alpha") + F.col("s0")) / (F.col("beta") + F.lit(exposure))
-    level_sd = F.sqrt(F.col("alpha") + F.col("s0")) / (F.col("beta") + F.lit(exposure))
-    reliability = F.col("s0") / (F.col("s0") + F.col("alpha"))
+    level = (alpha + F.col("s0")) / (beta + F.lit(exposure))
+    level_sd = F.sqrt(alpha + F.col("s0")) / (beta + F.lit(exposure))
+    reliability = F.col("s0") / (F.col("s0") + alpha)
     # Poisson noise gives the slope a variance of level_day * sum w^2 (t-tbar)^2 / q^2, times
     # the day's overdispersion; a slope that does not stand out from it is shrunk toward 0
     slope_var = (
-        level * F.lit(24.0 * win.t_var_sum_w2 / q**2) * F.col("dispersion") if q > 0 else F.lit(0.0)
+        level * F.lit(24.0 * win.t_var_sum_w2 / q**2) * prior["dispersion"] if q > 0 else F.lit(0.0)
     )
 
     shrink = F.coalesce(F.try_divide(slope * slope, slope * slope + slope_var), F.lit(0.0))
     per_slope = F.lit(params.trend_damping * (1.0 - tb) / 24.0) * reliability * shrink
     trend = per_slope * slope
     trend_sd = per_slope * F.sqrt(slope_var)
-    return per_id.crossJoin(F.broadcast(prior)).select(
+    return per_id.select(
         id_col,
         F.greatest(level + trend, F.lit(params.rate_floor)).alias("rate"),
         F.sqrt(level_sd * level_sd + trend_sd * trend_sd).alias("rate_sd"),
-        "prior_rate",
+        prior["prior_rate"].alias("prior_rate"),
         slope.alias("trend_per_day"),
         "n",
         "n_today",

@@ -190,7 +190,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     offsets = [(d - ds).days for d in days]
     params = params_of(settings)
     follows = read_partition(spark, wh, fo_c, ds)
-    kept: list[DataFrame] = []  # per-id sums, each read twice by its estimate
+    kept: list[DataFrame] = []  # per-id sums, read by the prior and by both passes of the write
     prev = ds - dt.timedelta(days=1)
 
     # D-1's figures ride along in the estimate's one aggregation (no join of their own)
@@ -210,6 +210,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         wh,
         pr_c,
         ds,
+        keep=False,  # a projection of the kept per-id sums
     )
 
     prev_consumers = (
@@ -239,6 +240,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         wh,
         cr_c,
         ds,
+        keep=False,  # a projection of the kept per-id sums
     )
 
     for frame in kept:
