@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import Settings
+from jobs.common.spark import side_by_side
 from jobs.common.storage import Storage
 from jobs.common.tables import (
     contract,
@@ -189,62 +190,68 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     days = window_days(wh.list_partitions(*ev_c.parts()), ds, settings.rate_window_days)
     offsets = [(d - ds).days for d in days]
     params = params_of(settings)
+    method = params.method
     follows = read_partition(spark, wh, fo_c, ds)
     kept: list[DataFrame] = []  # per-id sums, read by the prior and by both passes of the write
     prev = ds - dt.timedelta(days=1)
 
-    # D-1's figures ride along in the estimate's one aggregation (no join of their own)
-    previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
-    producers = estimate(
-        window_counts(spark, wh, "events", days, ds),
-        follows.select("producer_id"),
-        "producer_id",
-        offsets,
-        params,
-        kept,
-        carried=None if previous is None else previous_forecast(previous),
-    )
-    producers = flag_flash(producers, settings.flash_factor, settings.flash_min_events)
-    write_partition(
-        shape(producers, "producer_id", "events_per_hour", "n_events", len(days), params.method),
-        wh,
-        pr_c,
-        ds,
-        keep=False,  # a projection of the kept per-id sums
-    )
-
-    prev_consumers = (
-        read_partition(spark, wh, cr_c, prev).select(
-            "consumer_id", F.col("last_view_ds").alias("prev_last_view_ds")
-        )
-        if wh.is_dir(*cr_c.parts(prev))
-        else None
-    )
-    consumers = (
-        estimate(
-            window_counts(spark, wh, "views", days, ds),
-            follows.select("consumer_id"),
-            "consumer_id",
+    def producer_rates() -> None:
+        # D-1's figures ride along in the estimate's one aggregation (no join of their own)
+        previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
+        producers = estimate(
+            window_counts(spark, wh, "events", days, ds),
+            follows.select("producer_id"),
+            "producer_id",
             offsets,
             params,
             kept,
-            carried=prev_consumers,
+            carried=None if previous is None else previous_forecast(previous),
         )
-        .withColumn("forecast_prev", F.lit(None).cast("double"))
-        .withColumn("flash", F.lit(False))
-        .withColumn("last_view_ds", last_view(ds, prev_consumers is not None))
-    )
+        producers = flag_flash(producers, settings.flash_factor, settings.flash_min_events)
+        write_partition(
+            shape(producers, "producer_id", "events_per_hour", "n_events", len(days), method),
+            wh,
+            pr_c,
+            ds,
+            keep=False,  # a projection of the kept per-id sums
+        )
 
-    write_partition(
-        shape(consumers, "consumer_id", "views_per_hour", "n_views", len(days), params.method),
-        wh,
-        cr_c,
-        ds,
-        keep=False,  # a projection of the kept per-id sums
-    )
+    def consumer_rates() -> None:
+        prev_consumers = (
+            read_partition(spark, wh, cr_c, prev).select(
+                "consumer_id", F.col("last_view_ds").alias("prev_last_view_ds")
+            )
+            if wh.is_dir(*cr_c.parts(prev))
+            else None
+        )
+        consumers = (
+            estimate(
+                window_counts(spark, wh, "views", days, ds),
+                follows.select("consumer_id"),
+                "consumer_id",
+                offsets,
+                params,
+                kept,
+                carried=prev_consumers,
+            )
+            .withColumn("forecast_prev", F.lit(None).cast("double"))
+            .withColumn("flash", F.lit(False))
+            .withColumn("last_view_ds", last_view(ds, prev_consumers is not None))
+        )
+        write_partition(
+            shape(consumers, "consumer_id", "views_per_hour", "n_views", len(days), method),
+            wh,
+            cr_c,
+            ds,
+            keep=False,  # a projection of the kept per-id sums
+        )
 
-    for frame in kept:
-        frame.unpersist()
+    # the two tables are independent: each one's small jobs and Python fill the other's gaps
+    try:
+        side_by_side(spark, producer_rates, consumer_rates)
+    finally:
+        for frame in kept:
+            frame.unpersist()
     written = read_partition(spark, wh, pr_c, ds)
 
     flagged = written.where(F.col("flash")).orderBy(F.col("n_today").desc(), "producer_id")

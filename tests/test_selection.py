@@ -244,3 +244,39 @@ def test_scoped_conf_sets_for_the_block_and_restores_the_session(spark):
             assert spark.conf.get(key) == "true"
     finally:
         spark.conf.set(other, before)
+
+
+def test_side_by_side_returns_in_order_and_raises_only_once_all_have_stopped(spark):
+    """Threads that each run Spark jobs: results in the order given, the caller's local
+    properties inherited, and a task's error raised after the slower task has finished."""
+    import threading
+    import time
+
+    from jobs.common.spark import side_by_side
+
+    sc = spark.sparkContext
+    sc.setLocalProperty("feedpipe.test", "caller")
+    finished = threading.Event()
+
+    def total(n: int):
+        return lambda: spark.range(n).selectExpr("sum(id) AS s").first()["s"]
+
+    def inherited():
+        return sc.getLocalProperty("feedpipe.test")
+
+    def slow():
+        time.sleep(1.0)
+        out = total(10)()
+        finished.set()
+        return out
+
+    def fails():
+        raise ValueError("this task fails")
+
+    try:
+        assert side_by_side(spark, total(1000), total(10), inherited) == [499500, 45, "caller"]
+        with pytest.raises(ValueError, match="this task fails"):
+            side_by_side(spark, fails, slow)
+        assert finished.is_set()
+    finally:
+        sc.setLocalProperty("feedpipe.test", None)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from jobs.common.config import Settings
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def spark_defaults(settings: Settings) -> dict[str, str]:
@@ -87,3 +89,21 @@ def scoped_conf(spark: SparkSession, conf: Mapping[str, str], settings: Settings
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
+
+
+def side_by_side(spark: SparkSession, *tasks: Callable[[], T]) -> list[T]:
+    """Runs ``tasks``, each of which submits its own Spark jobs, in threads of this driver and
+    returns their results in order once all have stopped; the first task's error, if any, is
+    raised then (a failed task never leaves the others running).
+
+    For independent outputs of one stage: while one task builds its query in Python or waits
+    on its last few tasks or a one-task stage, the other's tasks use the idle cores. Each
+    thread keeps the job description it sets (PySpark's pinned threads) and starts with the
+    caller's local properties and session tags (``inheritable_thread_target``)."""
+    from pyspark.util import inheritable_thread_target
+
+    inherit = inheritable_thread_target(spark)
+    with ThreadPoolExecutor(max_workers=max(len(tasks), 1)) as pool:
+        futures = [pool.submit(inherit(task)) for task in tasks]
+        wait(futures)
+    return [f.result() for f in futures]
