@@ -28,6 +28,7 @@ from jobs.common.config import Settings
 from jobs.common.spark import side_by_side
 from jobs.common.storage import Storage
 from jobs.common.tables import (
+    Contract,
     contract,
     has_partition,
     read_partition,
@@ -190,10 +191,13 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     days = window_days(wh.list_partitions(*ev_c.parts()), ds, settings.rate_window_days)
     offsets = [(d - ds).days for d in days]
     params = params_of(settings)
-    method = params.method
     follows = read_partition(spark, wh, fo_c, ds)
     kept: list[DataFrame] = []  # per-id sums, read by the prior and by both passes of the write
     prev = ds - dt.timedelta(days=1)
+
+    def write(rates: DataFrame, id_col: str, rate_col: str, n_col: str, c: Contract) -> None:
+        out = shape(rates, id_col, rate_col, n_col, len(days), params.method)
+        write_partition(out, wh, c, ds, keep=False)  # a projection of the kept per-id sums
 
     def producer_rates() -> None:
         # D-1's figures ride along in the estimate's one aggregation (no join of their own)
@@ -208,13 +212,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
             carried=None if previous is None else previous_forecast(previous),
         )
         producers = flag_flash(producers, settings.flash_factor, settings.flash_min_events)
-        write_partition(
-            shape(producers, "producer_id", "events_per_hour", "n_events", len(days), method),
-            wh,
-            pr_c,
-            ds,
-            keep=False,  # a projection of the kept per-id sums
-        )
+        write(producers, "producer_id", "events_per_hour", "n_events", pr_c)
 
     def consumer_rates() -> None:
         prev_consumers = (
@@ -238,13 +236,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
             .withColumn("flash", F.lit(False))
             .withColumn("last_view_ds", last_view(ds, prev_consumers is not None))
         )
-        write_partition(
-            shape(consumers, "consumer_id", "views_per_hour", "n_views", len(days), method),
-            wh,
-            cr_c,
-            ds,
-            keep=False,  # a projection of the kept per-id sums
-        )
+        write(consumers, "consumer_id", "views_per_hour", "n_views", cr_c)
 
     # the two tables are independent: each one's small jobs and Python fill the other's gaps
     try:
