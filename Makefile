@@ -38,11 +38,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file in one of them so
+# a file's shared fixtures (an Airflow, a cluster, a multi-day run) are built once.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+
 unit: $(STAMP)
-	$(BIN)/pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test: lint
-	$(BIN)/pytest
+	$(PYTEST)
 
 # Benchmarks (not part of `make test`): a day of ff2010 against the DuckDB reference
 # (bench/day.py; BENCH_ARGS="--scales 0.25,1,4 --reps 3" for the scaling run).
