@@ -111,7 +111,14 @@ def per_id_sums(
     One aggregation over the union of the three inputs, so the ids are zero-filled and the
     carried columns joined without a distinct or a join of their own: each input goes
     through one shuffle. The rows of ``ids`` carry no count (null ``t`` and ``n``), so the
-    sums skip them at the cost of a null test. An id of ``carried`` alone gets no row."""
+    sums skip them at the cost of a null test. An id of ``carried`` alone gets no row.
+
+    The union is hash-partitioned on the id before the aggregation, so the shuffle carries
+    the narrow input rows and the aggregation runs whole after it. Left to itself, Spark
+    would aggregate each task's rows first and shuffle their partial sums, a dozen columns
+    and more a row, for ids that are nearly all distinct within a task, with the sums'
+    generated code compiled and warmed up on both sides of the shuffle (docs/benchmarks.md,
+    "A tenth round")."""
     from pyspark.sql import functions as F
 
     parts = [
@@ -126,15 +133,19 @@ def per_id_sums(
     for p in parts[1:]:
         rows = rows.unionByName(p, allowMissingColumns=True)
     w = F.pow(F.lit(2.0), F.col("t") / F.lit(half_life_days))
-    per_id = rows.groupBy(id_col).agg(
-        F.sum("n").cast("long").alias("n"),
-        F.sum(F.when(F.col("t") == 0, F.col("n"))).cast("long").alias("n_today"),
-        exact_sum(w * F.col("n")).alias("s0"),
-        exact_sum(w * (F.col("t") - F.lit(t_bar)) * F.col("n")).alias("s1"),
-        exact_sum(w * F.col("n") * F.col("n")).alias("s2n"),
-        F.max(F.when(F.col("n") > 0, F.col("t"))).alias("last_t"),
-        *[F.max(c).alias(c) for c in carried_cols],
-        *([F.max("_here").alias("_here")] if carried is not None else []),
+    per_id = (
+        rows.repartition(id_col)
+        .groupBy(id_col)
+        .agg(
+            F.sum("n").cast("long").alias("n"),
+            F.sum(F.when(F.col("t") == 0, F.col("n"))).cast("long").alias("n_today"),
+            exact_sum(w * F.col("n")).alias("s0"),
+            exact_sum(w * (F.col("t") - F.lit(t_bar)) * F.col("n")).alias("s1"),
+            exact_sum(w * F.col("n") * F.col("n")).alias("s2n"),
+            F.max(F.when(F.col("n") > 0, F.col("t"))).alias("last_t"),
+            *[F.max(c).alias(c) for c in carried_cols],
+            *([F.max("_here").alias("_here")] if carried is not None else []),
+        )
     )
     if carried is not None:
         per_id = per_id.where(F.col("_here")).drop("_here")
