@@ -228,7 +228,8 @@ def test_scoped_conf_sets_for_the_block_and_restores_the_session(spark):
     from jobs.common.config import Settings
     from jobs.common.spark import scoped_conf
 
-    key, other = "spark.sql.inMemoryColumnarStorage.compressed", "spark.sql.shuffle.partitions"
+    # neither is set when the session starts (conftest.py): both are the session's own
+    key, other = "spark.sql.inMemoryColumnarStorage.compressed", "spark.sql.files.maxRecordsPerFile"
     before = spark.conf.get(other)
     spark.conf.set(other, "7")
     try:
@@ -242,6 +243,16 @@ def test_scoped_conf_sets_for_the_block_and_restores_the_session(spark):
         own = Settings(spark_conf={key: "true"})
         with scoped_conf(spark, {key: "false"}, own):
             assert spark.conf.get(key) == "true"
+        # and so is what they set for the whole application (spark-submit --conf)
+        app = spark.sparkContext._jsc.sc().conf()  # the running application's own conf
+        app.set(key, "true")
+        spark.conf.set(key, "true")
+        try:
+            with scoped_conf(spark, {key: "false", other: "3"}, Settings()):
+                assert (spark.conf.get(key), spark.conf.get(other)) == ("true", "3")
+        finally:
+            app.remove(key)
+            spark.conf.unset(key)
     finally:
         spark.conf.set(other, before)
 

@@ -74,10 +74,12 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
 def scoped_conf(spark: SparkSession, conf: Mapping[str, str], settings: Settings) -> Iterator[None]:
     """Sets the SQL settings ``conf`` for the block and restores the session's own after it,
     so one stage's tuning does not leak into the next stage of a shared session (``feedpipe
-    run``). A key the operator sets in ``spark_conf`` is left as they set it."""
+    run``). A key the operator sets is left as they set it: in ``spark_conf``, or for the
+    whole application at its launch (``spark-submit --conf``, ``spark-defaults.conf``)."""
+    app = spark.sparkContext.getConf()
     saved: dict[str, str | None] = {}
     for key, value in conf.items():
-        if key in settings.spark_conf:
+        if key in settings.spark_conf or app.contains(key):
             continue
         saved[key] = spark.conf.get(key, None)
         spark.conf.set(key, value)
