@@ -1,7 +1,8 @@
 """A day of the ``ff2010`` workload: every stage timed as the scheduler runs it, against a
 DuckDB reference (``bench/duckdb_reference.py``) on the same Parquet inputs.
 
-    python bench/day.py [--scales 1] [--reps 3] [--work var/bench] [--event-logs] [--no-whole-day]
+    python bench/day.py [--scales 1] [--reps 3] [--work var/bench] [--event-logs]
+                        [--whole-day both|ff-per-pair|none] [--no-whole-day]
 
 For each scale: generates two days (skipped when the landing data is there) and runs day 1
 once (warm-up, and the history day 2 needs: the rate window, yesterday's plan and feeds).
@@ -13,7 +14,9 @@ Then, for day 2, ``--reps`` times each:
 * a trivial ``spark-submit`` application (session + one tiny job): Spark's fixed cost;
 * the whole day in one process (``feedpipe run``, publish included): with the product's
   default strategies, and with FF-PerPair only (the plan of the per-stage runs), with each
-  stage's own time in that process from its record (a warm JVM after the first stage);
+  stage's own time in that process from its record (a warm JVM after the first stage).
+  ``--whole-day ff-per-pair`` runs the second alone: at ``--scale 4`` the shared-view
+  strategies of the defaults plan 4M edges for longer than the rest of the bench takes;
 * the DuckDB reference's stages (rates, FF-PerPair plan, latest-k feeds), each a process.
 
 The per-stage runs serve FF-PerPair only (``strategies = ["ff-per-pair"]``), the plan the
@@ -151,8 +154,10 @@ def machine() -> dict[str, Any]:
 
 
 def bench_scale(
-    scale: float, reps: int, work: Path, event_logs: bool = False, whole_day: bool = True
+    scale: float, reps: int, work: Path, event_logs: bool = False, whole_day: str = "both"
 ) -> dict[str, Any]:
+    """One scale's bench. ``whole_day``: the configurations of the day in one process,
+    ``both`` (the defaults and FF-PerPair only), ``ff-per-pair`` or ``none``."""
     from jobs.rates import window_days
 
     base = work / f"ff2010-{scale:g}"
@@ -227,20 +232,22 @@ def bench_scale(
                 env,
             )
         )
-        if whole_day:
-            for name, config in (("day", defaults), ("day.ff-per-pair", ff_only)):
-                m = measured(
-                    [str(bin_dir / "feedpipe"), "run", "--config", str(config), "--ds", str(D2)],
-                    logs / f"{name}-{rep}.log",
-                    env,
-                )
-                runs.setdefault(name, []).append(m)
-                # each stage's own time in that one process: after the first stage, its JVM
-                # is warm (classes loaded, hot code compiled), as a stage alone never is
-                for stage in SPARK_STAGES:
-                    record = wh / "manifests" / f"ds={D2}" / "stages" / f"{stage}.json"
-                    seconds = json.loads(record.read_text())["seconds"]
-                    runs.setdefault(f"{name}:{stage}", []).append({"stage_s": seconds})
+        days = {"day": defaults, "day.ff-per-pair": ff_only}
+        if whole_day != "both":
+            days = {k: v for k, v in days.items() if k == f"day.{whole_day}"}
+        for name, config in days.items():
+            m = measured(
+                [str(bin_dir / "feedpipe"), "run", "--config", str(config), "--ds", str(D2)],
+                logs / f"{name}-{rep}.log",
+                env,
+            )
+            runs.setdefault(name, []).append(m)
+            # each stage's own time in that one process: after the first stage, its JVM
+            # is warm (classes loaded, hot code compiled), as a stage alone never is
+            for stage in SPARK_STAGES:
+                record = wh / "manifests" / f"ds={D2}" / "stages" / f"{stage}.json"
+                seconds = json.loads(record.read_text())["seconds"]
+                runs.setdefault(f"{name}:{stage}", []).append({"stage_s": seconds})
         for stage in SPARK_STAGES:
             runs.setdefault(f"spark.{stage}", []).append(spark_stage(stage, D2, f"{stage}.log"))
         for stage in REFERENCE_STAGES:
@@ -270,12 +277,15 @@ def bench_scale(
 
 def table(result: dict[str, Any]) -> str:
     med = result["median"]
-    day = (
-        f"{med['day']['wall_s']:.0f} s with the default strategies, "
-        f"{med['day.ff-per-pair']['wall_s']:.0f} s with FF-PerPair only"
-        if "day" in med
-        else "not run"
-    )
+    days = [
+        f"{med[name]['wall_s']:.0f} s with {what}"
+        for name, what in (
+            ("day", "the default strategies"),
+            ("day.ff-per-pair", "FF-PerPair only"),
+        )
+        if name in med
+    ]
+    day = ", ".join(days) or "not run"
     lines = [
         f"ff2010 x{result['scale']:g}: {result['inputs']['plan']:,} follow edges, "
         f"medians of {result['reps']}; Spark fixed cost (session + one job, process wall) "
@@ -314,16 +324,27 @@ def main(argv: list[str] | None = None) -> int:
         "--event-logs", action="store_true", help="keep Spark event logs (bench/eventlog.py)"
     )
     ap.add_argument(
+        "--whole-day",
+        choices=("both", "ff-per-pair", "none"),
+        default="both",
+        help="the configurations of the whole day in one process (feedpipe run): the default "
+        "strategies and FF-PerPair only (both), FF-PerPair only, or none",
+    )
+    ap.add_argument(
         "--no-whole-day",
         action="store_true",
-        help="skip the whole day in one process (feedpipe run), under both configurations",
+        help="the same as --whole-day none",
     )
     args = ap.parse_args(argv)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     for scale in (float(x) for x in args.scales.split(",")):
         result = bench_scale(
-            scale, args.reps, Path(args.work).resolve(), args.event_logs, not args.no_whole_day
+            scale,
+            args.reps,
+            Path(args.work).resolve(),
+            args.event_logs,
+            "none" if args.no_whole_day else args.whole_day,
         )
 
         (out / f"day_ff2010_{scale:g}.json").write_text(json.dumps(result, indent=2) + "\n")
