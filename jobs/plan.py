@@ -217,19 +217,12 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
     return Plans(edges, stacked, part_rows, shared_members, costs, timings)
 
 
-PLAN_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
-"""The plan stage's own Spark settings (``jobs.common.spark.scoped_conf``). The plans it
-keeps (one row per strategy and follow edge) are built once and scanned by every later step:
-the costs, the edge plan's range write (twice) and the consumer sources. Their ids
-barely compress: at ``ff2010 --scale 4`` (4M edges) the kept plan took 135 MB in memory
-either way, and compressing it made the stage take 80 to 89 s on two cores against 69 to 71
-s without (docs/benchmarks.md, "A sixth round")."""
-
-
 def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
-    from jobs.common.spark import scoped_conf
+    from jobs.common.spark import UNCOMPRESSED_CACHE, scoped_conf
 
-    with scoped_conf(spark, PLAN_CONF, settings):
+    # the plans it keeps (one row per strategy and follow edge) are built once and scanned by
+    # every later step: the costs, the edge plan's range write (twice), the consumer sources
+    with scoped_conf(spark, UNCOMPRESSED_CACHE, settings):
         return _run(spark, settings, ds)
 
 

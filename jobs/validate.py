@@ -42,8 +42,18 @@ class ValidationFailed(RuntimeError):
 
 
 def feed_order_check(feed: DataFrame, key: str) -> DataFrame:
-    """Adds ``order_ok``: ranks are 1..n without gaps and rank r+1 is older than rank r
-    (created_at descending, ties by event_id descending)."""
+    """Adds to each row of a feed keyed by ``key``:
+
+    * ``order_ok``: ranks are 1..n without gaps and rank r+1 is older than rank r
+      (created_at descending, ties by event_id descending);
+    * ``rank_unique``: no other row of the feed has its rank (in rank order duplicates are
+      neighbours, so the order's own window tells);
+    * ``event_unique``: no other row of the feed has its event.
+
+    Both uniqueness checks are windows partitioned on ``key`` (then on ``key, event_id``, a
+    finer clustering the same partitions satisfy): one shuffle of the feed for all three.
+    Great Expectations' compound-uniqueness expectation partitions by a struct of the
+    columns instead, one more shuffle and sort of the whole feed for each."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -53,7 +63,15 @@ def feed_order_check(feed: DataFrame, key: str) -> DataFrame:
         (prev_at == F.col("created_at")) & (prev_id > F.col("event_id"))
     )
     ok = (F.col("rank") == F.row_number().over(w)) & (prev_at.isNull() | newer)
-    return feed.withColumn("order_ok", F.coalesce(ok, F.lit(False)))
+    rank = F.col("rank")
+    rank_unique = (F.lag("rank").over(w) != rank) | F.lag("rank").over(w).isNull()
+    rank_unique &= (F.lead("rank").over(w) != rank) | F.lead("rank").over(w).isNull()
+    same_event = Window.partitionBy(key, "event_id")
+    return (
+        feed.withColumn("order_ok", F.coalesce(ok, F.lit(False)))
+        .withColumn("rank_unique", F.coalesce(rank_unique & rank.isNotNull(), F.lit(False)))
+        .withColumn("event_unique", F.count(F.lit(1)).over(same_event) == 1)
+    )
 
 
 def edge_coverage_check(follows: DataFrame, edge_plan: DataFrame) -> DataFrame:
@@ -334,6 +352,13 @@ def summary(results: dict[str, Any]) -> str:
 
 
 def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+    from jobs.common.spark import UNCOMPRESSED_CACHE, scoped_conf
+
+    with scoped_conf(spark, UNCOMPRESSED_CACHE, settings):  # the kept check frames
+        return _run(spark, settings, ds)
+
+
+def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     wh = Storage.at(settings.warehouse)
     frames = check_frames(spark, settings, ds)
     quality = ("quality", ds_dir(ds))

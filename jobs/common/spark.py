@@ -70,6 +70,16 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     return spark
 
 
+UNCOMPRESSED_CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+"""Settings (``scoped_conf``) of a stage whose kept frames are built once and scanned many
+times: ``plan``'s kept plans, ``validate``'s check frames built with a join. Their ids and
+timestamps barely compress, and compressing the cache cost more than it saved: at ``ff2010
+--scale 4`` building the kept plan (4.1M rows, 135 MB in memory either way) took 21.5 s
+compressed against 13.5 s (docs/benchmarks.md, "A sixth round"), and the consumer feed's
+check frame (15.6M rows) 29.9 s against 11.9 s ("An eleventh round"). A kept frame that
+outgrows memory goes to local disk either way (``MEMORY_AND_DISK``)."""
+
+
 @contextmanager
 def scoped_conf(spark: SparkSession, conf: Mapping[str, str], settings: Settings) -> Iterator[None]:
     """Sets the SQL settings ``conf`` for the block and restores the session's own after it,
