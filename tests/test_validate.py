@@ -20,7 +20,7 @@ def test_feed_checks_flag_broken_order_duplicate_ranks_and_duplicate_events(spar
         ("b", 1, "e3", t + 3 * minute),
         ("b", 2, "e2", t + 2 * minute),
         ("b", 2, "e1", t + minute),
-        # c: one event twice, order otherwise fine
+        # c: one event twice (its rank 2 is then not older than rank 1: the order breaks too)
         ("c", 1, "e3", t + 3 * minute),
         ("c", 2, "e3", t + 3 * minute),
         ("c", 3, "e1", t + minute),
