@@ -221,7 +221,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
     from jobs.common.spark import UNCOMPRESSED_CACHE, scoped_conf
 
     # the plans it keeps (one row per strategy and follow edge) are built once and scanned by
-    # every later step: the costs, the edge plan's range write (twice), the consumer sources
+    # every later step: the costs, the edge plan's range write (twice when it samples), the sources
     with scoped_conf(spark, UNCOMPRESSED_CACHE, settings):
         return _run(spark, settings, ds)
 
@@ -259,7 +259,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
     write_partition(plan_cost, wh, contract("plan", "plan_cost"), ds)
     costs.unpersist()
     served = stacked.where(F.col("strategy") == chosen)
-    # a filter of the kept plans: the range write's two passes scan them, no second copy
+    # a filter of the kept plans: a sampling range write's two passes scan them, no second copy
     write_partition(served, wh, contract("plan", "edge_plan"), ds, keep=False)
     sources = consumer_sources(served, views=chosen in SHARED_VIEW_STRATEGIES)
     write_partition(sources, wh, contract("plan", "consumer_sources"), ds)

@@ -123,10 +123,13 @@ def write_partition(
     range-partitioned and sorted on ``sort_by``, for readers that look up ids) or ``as_is``
     (the frame's own partitioning, no shuffle: for large tables only scanned whole).
 
-    A range write runs the frame twice, once to sample the range bounds and once to write;
-    the frame is kept (memory, else local disk) between the two rather than computed again.
-    ``keep=False`` is for a frame that is itself a cheap read of a kept one (a filter of a
-    persisted frame): both passes scan that instead of building a second copy."""
+    A range write takes its bounds from the table's latest earlier partition when that one
+    is usable (:func:`previous_bounds`): ids change little from day to day, so the frame is
+    computed once and shuffled straight to its file. Otherwise it samples the frame for the
+    bounds, which runs the frame twice; the frame is then kept (memory, else local disk)
+    between the two passes rather than computed again. ``keep=False`` is for a frame that is
+    itself a cheap read of a kept one (a filter of a persisted frame): both passes scan that
+    instead of building a second copy."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -135,9 +138,17 @@ def write_partition(
     if c.files == "single" or files <= 1:
         out = out.coalesce(1)
     elif c.files == "range" and c.sort_by:
-        if keep:
-            out = kept = out.persist(StorageLevel.MEMORY_AND_DISK)
-        out = out.repartitionByRange(files, F.col(c.sort_by[0]))
+        bounds = previous_bounds(storage, c, ds, files, table)
+        if bounds is not None:
+            # file i holds the keys from bounds[i-1] (inclusive) to bounds[i]; a null key
+            # (nulls sort first) goes to file 0, as repartitionById sends it
+            first = F.col(c.sort_by[0])
+            file_of = sum(((first >= F.lit(b)).cast("int") for b in bounds), F.lit(0))
+            out = out.repartitionById(files, file_of)
+        else:
+            if keep:
+                out = kept = out.persist(StorageLevel.MEMORY_AND_DISK)
+            out = out.repartitionByRange(files, F.col(c.sort_by[0]))
     if c.sort_by and c.files != "as_is":
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
@@ -153,6 +164,50 @@ def write_partition(
         if kept is not None:  # only what this write kept: never the caller's cache
             kept.unpersist()
     storage.swap_in(staged, final)
+
+
+def previous_bounds(
+    storage: Storage, c: Contract, ds: dt.date, files: int, table: str | None = None
+) -> list[Any] | None:
+    """The range bounds of the latest partition of the table before ``ds``: the smallest
+    first sort key of each of its files but the first, from the files' Parquet footers (no
+    data is read). ``None`` (sample afresh) when there is no such partition, when it does not
+    have exactly ``files`` files, when a file has no rows or no statistics for the key, or
+    when its files are unbalanced (the largest more than twice the mean): a sampled write
+    balances the files again, so new ids that all sort after the last bound cannot keep
+    growing the last file."""
+    import pyarrow.parquet as pq
+
+    earlier = [d for d in storage.list_partitions(*c.parts(None, table)) if d < ds]
+    if not earlier:
+        return None
+    paths = [p for p in storage.list_files(*c.parts(max(earlier), table)) if p.endswith(".parquet")]
+    if len(paths) != files:
+        return None
+    lows, rows = [], []
+    for path in paths:
+        with storage.fs.open_input_file(path) as f:
+            meta = pq.ParquetFile(f).metadata
+        names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if c.sort_by[0] not in names or meta.num_rows == 0:
+            return None
+        col = names.index(c.sort_by[0])
+        mins = []
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(col).statistics
+            if meta.row_group(g).num_rows == 0:
+                continue
+            if stats is None or not stats.has_min_max:
+                return None
+            mins.append(stats.min)
+        lows.append(min(mins))
+        rows.append(meta.num_rows)
+    if max(rows) > 2 * sum(rows) / len(rows):
+        return None
+    bounds = sorted(lows)[1:]
+    if len(set(bounds)) != len(bounds):
+        return None
+    return bounds
 
 
 def has_partition(storage: Storage, c: Contract, ds: dt.date, table: str | None = None) -> bool:
