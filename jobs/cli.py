@@ -1,8 +1,8 @@
 """The ``feedpipe`` command line (also ``python -m jobs``, and the spark-submit entry point).
 
 Verbs: generate, run, backfill, ingest, rates, plan, materialize, validate, publish, feed,
-report, config. Settings come from ``--config``/``FEEDPIPE_CONFIG``, then ``FEEDPIPE_*``
-variables, then the flags below, later ones winning.
+report, connect-server, config. Settings come from ``--config``/``FEEDPIPE_CONFIG``, then
+``FEEDPIPE_*`` variables, then the flags below, later ones winning.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,7 @@ SETTING_FLAGS: dict[str, tuple[str, type, str]] = {
     "warehouse": ("--warehouse", str, "warehouse root (local path or s3://)"),
     "publish_to": ("--publish-to", str, "also publish complete days to this s3://bucket/prefix"),
     "spark_master": ("--spark-master", str, "Spark master when not launched by spark-submit"),
+    "spark_remote": ("--spark-remote", str, "run on this Spark Connect server (sc://host:port)"),
     "push_cost": ("--push-cost", float, "H, cost of one event pushed into one view"),
     "pull_cost": ("--pull-cost", float, "L, cost of one source read at view time"),
     "feed_k": ("--feed-k", int, "events per feed (k)"),
@@ -213,6 +215,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="(re)write the day's HTML report, reports/ds=D/index.html, and print where it is",
     )
 
+    cs = sub.add_parser(
+        "connect-server",
+        parents=[common],
+        help="a long-lived Spark Connect server for the stages (their spark_remote)",
+    )
+    cs.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    cs.add_argument("--port", type=int, default=15002, help="port to listen on (15002)")
+    cs.add_argument(
+        "--driver-memory",
+        default=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
+        help="the server's JVM heap ($FEEDPIPE_DRIVER_MEMORY, else 3g)",
+    )
+
     sub.add_parser("config", parents=[common], help="print the effective configuration")
     return parser
 
@@ -352,9 +367,30 @@ def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_connect_server(args: argparse.Namespace, settings: Settings) -> int:
+    """Replaces this process with the server's ``spark-submit`` (signals reach it directly,
+    as a service manager expects); it runs until stopped."""
+    from jobs.common.spark import connect_server_command
+
+    cmd = connect_server_command(settings, args.host, args.port, args.driver_memory)
+    env = dict(os.environ)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python workers get our packages
+    print(
+        f"feedpipe: Spark Connect server on sc://{args.host}:{args.port} "
+        f'(stages use it with spark_remote = "sc://{args.host}:{args.port}")',
+        file=sys.stderr,
+        flush=True,
+    )
+    os.execve(cmd[0], cmd, env)
+    return 0  # not reached
+
+
 def dispatch(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     verb = args.verb
+    if verb == "connect-server":
+        return cmd_connect_server(args, settings)
     if verb == "config":
         print(json.dumps(settings.as_dict(), indent=2))
         return 0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.exact import exact_sum
+from jobs.common.spark import empty_frame
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, write_partition
 from jobs.selection import cost, feeding_frenzy, latency, shared
@@ -94,8 +95,7 @@ def assignments(
     for f in frames[1:]:
         out = out.unionByName(f)
     schema = f"strategy string, {shared.PART_ROWS}"
-    spark = edges.sparkSession  # an RDD without partitions: no task, no Python worker
-    views = spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+    views = empty_frame(edges.sparkSession, schema)
     for rows in view_rows:
         views = views.unionByName(rows)
     return out, views

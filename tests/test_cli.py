@@ -30,6 +30,7 @@ def feedpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         "validate",
         "publish",
         "feed",
+        "connect-server",
         "config",
     ],
 )
@@ -55,6 +56,9 @@ def test_errors_are_one_line_not_a_traceback(tmp_path):
     assert result.returncode == 1
     assert result.stderr.startswith("feedpipe: error: no feeds materialized for 2026-01-01")
     assert "Traceback" not in result.stderr
+    remote = feedpipe("config", "--spark-remote", "http://127.0.0.1:15002")
+    assert remote.returncode == 1 and "sc://host:port" in remote.stderr
+    assert "Traceback" not in remote.stderr
     bad = feedpipe("config", "--strategy", "fastest")
     assert (
         bad.returncode == 1 and "strategy must be" in bad.stderr and "Traceback" not in bad.stderr

@@ -58,6 +58,11 @@ class Settings:
     landing: str = "var/landing"
     warehouse: str = "var/warehouse"
     spark_master: str = "local[*]"
+    spark_remote: str = ""
+    """``sc://host:port`` of a long-lived Spark Connect server (``feedpipe connect-server``):
+    each stage runs its queries there as a thin client, in a JVM earlier stages and days have
+    already warmed up, instead of starting Spark in its own process. Empty: each stage starts
+    its own Spark (``spark_master``, or the ``spark-submit`` that launched it)."""
     push_cost: float = 3.0
     """H: cost of writing one event into one materialized view."""
     pull_cost: float = 1.0
@@ -191,6 +196,11 @@ class Settings:
         if self.publish_to and not self.publish_to.startswith(("s3://", "s3a://")):
             raise ConfigError(
                 f"publish_to must be an s3://bucket/prefix URI, got {self.publish_to!r}"
+            )
+        if self.spark_remote and not self.spark_remote.startswith("sc://"):
+            raise ConfigError(
+                f"spark_remote must be a Spark Connect URL (sc://host:port), "
+                f"got {self.spark_remote!r}"
             )
         if self.publish_part_mb <= 0:
             raise ConfigError("publish_part_mb must be positive")

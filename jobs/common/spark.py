@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 from jobs.common.config import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,6 +56,8 @@ def launched_by_spark_submit() -> bool:
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
+    if settings.spark_remote:
+        return _remote_session(settings, app_name)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
     if not launched_by_spark_submit():
@@ -68,6 +70,89 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     spark = builder.getOrCreate()
     log.info("spark session %s on %s", app_name, spark.conf.get("spark.master", "?"))
     return spark
+
+
+def _remote_session(settings: Settings, app_name: str) -> SparkSession:
+    """A Spark Connect session on ``settings.spark_remote``. The server holds the application
+    settings (``feedpipe connect-server`` starts it with :func:`spark_defaults`); this session
+    sets the SQL settings again, its own, so a server started otherwise computes the same."""
+    from pyspark.sql import SparkSession
+
+    # a process spark-submit started (the DAG's tasks) has its master in MASTER, which the
+    # builder refuses beside a remote URL; this process starts no Spark of its own
+    os.environ.pop("MASTER", None)
+    spark = SparkSession.builder.remote(settings.spark_remote).getOrCreate()
+    for key, value in spark_defaults(settings).items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, value)
+    log.info("spark connect session %s on %s", app_name, settings.spark_remote)
+    return spark
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """True for a Spark Connect session: no SparkContext or JVM in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism (the cores of a local master). A Spark Connect client
+    reads ``spark.default.parallelism``, which ``feedpipe connect-server`` sets."""
+    if not is_remote(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    return int(spark.conf.get("spark.default.parallelism", None) or os.cpu_count() or 2)
+
+
+def empty_frame(spark: SparkSession, schema: str) -> DataFrame:
+    """A frame with no rows: an RDD without partitions (no task, no Python worker), or for a
+    Spark Connect client an empty local relation."""
+    if is_remote(spark):
+        return spark.createDataFrame([], schema)
+    return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+
+
+@contextmanager
+def job_description(spark: SparkSession, text: str) -> Iterator[None]:
+    """Names the block's Spark jobs in the Spark UI and event logs (``bench/eventlog.py``).
+    A Spark Connect client's jobs carry their operation tags instead."""
+    if is_remote(spark):
+        yield
+        return
+    sc = spark.sparkContext
+    sc.setJobDescription(text)
+    try:
+        yield
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]
+
+
+def local_cores(master: str) -> int | None:
+    """The cores of a ``local``, ``local[N]`` or ``local[*]`` master; None for a cluster."""
+    if master == "local":
+        return 1
+    if master.startswith("local[") and master.endswith("]"):
+        n = master[6:-1].split(",")[0]
+        return os.cpu_count() or 1 if n == "*" else int(n)
+    return None
+
+
+def connect_server_command(
+    settings: Settings, host: str, port: int, driver_memory: str
+) -> list[str]:
+    """``spark-submit`` of a Spark Connect server with the settings every stage relies on
+    (:func:`spark_defaults`), on ``settings.spark_master``, listening on ``host:port``."""
+    conf = spark_defaults(settings)
+    conf.pop("spark.driver.memory", None)
+    conf["spark.connect.grpc.binding.address"] = host
+    conf["spark.connect.grpc.binding.port"] = str(port)
+    cores = local_cores(settings.spark_master)
+    if cores is not None:
+        conf.setdefault("spark.default.parallelism", str(cores))
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    cmd = [submit, "--master", settings.spark_master, "--driver-memory", driver_memory]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
+    return [*cmd, "--name", "feedpipe-connect", "spark-internal"]
 
 
 UNCOMPRESSED_CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
@@ -86,10 +171,12 @@ def scoped_conf(spark: SparkSession, conf: Mapping[str, str], settings: Settings
     so one stage's tuning does not leak into the next stage of a shared session (``feedpipe
     run``). A key the operator sets is left as they set it: in ``spark_conf``, or for the
     whole application at its launch (``spark-submit --conf``, ``spark-defaults.conf``)."""
-    app = spark.sparkContext.getConf()
+    # a Spark Connect client cannot see the server's launch settings: it sets the keys for
+    # its own session, which the server's settings do not override
+    app = None if is_remote(spark) else spark.sparkContext.getConf()
     saved: dict[str, str | None] = {}
     for key, value in conf.items():
-        if key in settings.spark_conf or app.contains(key):
+        if key in settings.spark_conf or (app is not None and app.contains(key)):
             continue
         saved[key] = spark.conf.get(key, None)
         spark.conf.set(key, value)

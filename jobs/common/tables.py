@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.common.spark import job_description
 from jobs.common.storage import Storage, ds_dir
 
 if TYPE_CHECKING:
@@ -155,12 +156,10 @@ def write_partition(
     staged = storage.staging_dir(*final)
     # names the write's jobs in the Spark UI and event logs (bench/eventlog.py), which
     # otherwise show "parquet at NativeMethodAccessorImpl.java:0" for every table
-    sc = df.sparkSession.sparkContext
-    sc.setJobDescription(f"write {c.layer}/{table or c.name} ds={ds}")
     try:
-        out.write.mode("overwrite").parquet(storage.spark_path(*staged))
+        with job_description(df.sparkSession, f"write {c.layer}/{table or c.name} ds={ds}"):
+            out.write.mode("overwrite").parquet(storage.spark_path(*staged))
     finally:
-        sc.setJobDescription(None)  # type: ignore[arg-type]
         if kept is not None:  # only what this write kept: never the caller's cache
             kept.unpersist()
     storage.swap_in(staged, final)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jobs.common.spark import parallelism
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -115,9 +117,7 @@ def view_users(
     members = int(total["m"] or 0) if total is not None else 0
     n_follows = follows.count()
     shards = max(1, -(-members // (shard_members or SHARD_MEMBERS)))
-    buckets = max(
-        spark.sparkContext.defaultParallelism, -(-n_follows // (group_follows or GROUP_FOLLOWS))
-    )
+    buckets = max(parallelism(spark), -(-n_follows // (group_follows or GROUP_FOLLOWS)))
 
     def hashed(c: Column) -> Column:
         return F.xxhash64(F.lit(seed), c)
@@ -342,7 +342,7 @@ def parts(users: DataFrame, memberships: DataFrame, part_users: int) -> tuple[Da
         ),
     ).localCheckpoint()
     total = u.count()
-    groups = max(2 * users.sparkSession.sparkContext.defaultParallelism, -(-total // part_users))
+    groups = max(2 * parallelism(users.sparkSession), -(-total // part_users))
     return u.select(
         "consumer_id", "part", F.pmod(F.xxhash64("part"), F.lit(groups)).alias("grp")
     ), groups
@@ -481,7 +481,7 @@ def select_views(
         )
     )
     rows = user_rows.unionByName(view_rows, allowMissingColumns=True).repartition(
-        min(groups, 4 * edges.sparkSession.sparkContext.defaultParallelism), "grp"
+        min(groups, 4 * parallelism(edges.sparkSession)), "grp"
     )
     planned = (
         rows.groupBy("grp")
