@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import duckdb_reference  # noqa: E402
-from day import D2, REFERENCE_STAGES, machine, measured, tree_rss_mb  # noqa: E402
+from day import D2, REFERENCE_STAGES, finish, machine, measured, tree_rss_mb  # noqa: E402
 
 
 def free_port() -> int:
@@ -165,14 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     result = bench(args.scale, args.reps, Path(args.work).resolve(), stages)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"connect_ff2010_{args.scale:g}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result, stages), flush=True)
-    if not result["agree"]:
-        print("DISAGREE: " + "; ".join(result["disagreements"]), flush=True)
-        return 1
-    return 0
+    path = ROOT / "bench" / "results" / f"connect_ff2010_{args.scale:g}.json"
+    return finish(result, table(result, stages), path)
 
 
 if __name__ == "__main__":

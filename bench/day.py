@@ -347,11 +347,20 @@ def main(argv: list[str] | None = None) -> int:
             "none" if args.no_whole_day else args.whole_day,
         )
 
-        (out / f"day_ff2010_{scale:g}.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(table(result), flush=True)
-        if not result["agree"]:
-            print("DISAGREE: " + "; ".join(result["disagreements"]), flush=True)
+        if finish(result, table(result), out / f"day_ff2010_{scale:g}.json"):
             return 1
+    return 0
+
+
+def finish(result: dict[str, Any], text: str, path: Path) -> int:
+    """Writes ``result`` to ``path`` and prints ``text``; 1 when the two implementations'
+    outputs disagree (printed), else 0."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(text, flush=True)
+    if not result["agree"]:
+        print("DISAGREE: " + "; ".join(result["disagreements"]), flush=True)
+        return 1
     return 0
 
 

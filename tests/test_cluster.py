@@ -18,17 +18,14 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import naive
-import pyarrow.dataset as pads
 import pytest
 from conftest import free_port
+from same_day import assert_same_day
 
 from jobs import stages
 from jobs.common.config import Settings
 from jobs.common.storage import Storage
 from jobs.generate import PROFILES, generate, scaled
-from jobs.publish import OUTPUTS
-from jobs.reader import FeedReader
 
 DAY = dt.date(2026, 1, 1)
 K = 5
@@ -117,13 +114,6 @@ def cluster(tmp_path_factory) -> Iterator[tuple[str, int, Path]]:
                 p.kill()
 
 
-def rows(warehouse: str, layer: str, table: str) -> list[tuple]:
-    data = pads.dataset(
-        f"{warehouse}/{layer}/{table}/ds={DAY}", format="parquet", ignore_prefixes=["_", "."]
-    ).to_table()
-    return sorted(tuple(r.values()) for r in data.to_pylist())
-
-
 def test_a_day_on_a_standalone_cluster_equals_the_local_run(spark, cluster, tmp_path):
     master, ui, work_dirs = cluster
     landing = tmp_path / "landing"
@@ -152,16 +142,4 @@ def test_a_day_on_a_standalone_cluster_equals_the_local_run(spark, cluster, tmp_
     local = str(tmp_path / "wh_local")
     stages.run_day(Settings(**common, warehouse=local), DAY, spark)
 
-    differing = [
-        f"{layer}/{table}"
-        for layer, table in OUTPUTS
-        if rows(on_cluster, layer, table) != rows(local, layer, table)
-    ]
-    assert not differing, f"tables differ between the cluster and the local run: {differing}"
-    feeds = ("producer_feed", "view_feed", "consumer_feed")
-    assert sum(len(rows(on_cluster, "feeds", t)) for t in feeds), "nothing was materialized"
-
-    expected = naive.feeds(landing, DAY, DAY, K)
-    got = FeedReader(on_cluster, DAY).feeds(sorted(expected), K)
-    assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
-    assert (Path(on_cluster) / "manifests" / f"ds={DAY}" / "_SUCCESS").exists()
+    assert_same_day(on_cluster, local, landing, DAY, K, "the cluster")

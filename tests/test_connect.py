@@ -18,18 +18,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import naive
-import pyarrow.dataset as pads
 import pytest
 from conftest import free_port
+from same_day import assert_same_day
 
 from jobs import stages
 from jobs.common.config import ConfigError, Settings
 from jobs.common.spark import connect_server_command, local_cores
 from jobs.common.storage import Storage
 from jobs.generate import PROFILES, generate, scaled
-from jobs.publish import OUTPUTS
-from jobs.reader import FeedReader
 
 DAY = dt.date(2026, 1, 1)
 K = 5
@@ -75,13 +72,6 @@ def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     log.close()
 
 
-def rows(warehouse: str, layer: str, table: str) -> list[tuple]:
-    data = pads.dataset(
-        f"{warehouse}/{layer}/{table}/ds={DAY}", format="parquet", ignore_prefixes=["_", "."]
-    ).to_table()
-    return sorted(tuple(r.values()) for r in data.to_pylist())
-
-
 def test_a_day_on_a_connect_server_equals_the_local_run(spark, server, tmp_path):
     url, events = server
     landing = tmp_path / "landing"
@@ -103,19 +93,7 @@ def test_a_day_on_a_connect_server_equals_the_local_run(spark, server, tmp_path)
     local = str(tmp_path / "wh_local")
     stages.run_day(Settings(**common, warehouse=local), DAY, spark)
 
-    differing = [
-        f"{layer}/{table}"
-        for layer, table in OUTPUTS
-        if rows(remote, layer, table) != rows(local, layer, table)
-    ]
-    assert not differing, f"tables differ between the Connect server and the local run: {differing}"
-    feeds = ("producer_feed", "view_feed", "consumer_feed")
-    assert sum(len(rows(remote, "feeds", t)) for t in feeds), "nothing was materialized"
-
-    expected = naive.feeds(landing, DAY, DAY, K)
-    got = FeedReader(remote, DAY).feeds(sorted(expected), K)
-    assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
-    assert (Path(remote) / "manifests" / f"ds={DAY}" / "_SUCCESS").exists()
+    assert_same_day(remote, local, landing, DAY, K, "the Connect server")
 
     # the queries ran in the server's JVM: its event log holds the client's writes (to the
     # remote run's warehouse), and none of the local run's

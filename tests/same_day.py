@@ -1,0 +1,37 @@
+"""A day's tables built elsewhere (a cluster, a Spark Connect server) against a local run."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import naive
+import pyarrow.dataset as pads
+
+from jobs.publish import OUTPUTS
+from jobs.reader import FeedReader
+
+
+def rows(warehouse: str, layer: str, table: str, day: dt.date) -> list[tuple]:
+    data = pads.dataset(
+        f"{warehouse}/{layer}/{table}/ds={day}", format="parquet", ignore_prefixes=["_", "."]
+    ).to_table()
+    return sorted(tuple(r.values()) for r in data.to_pylist())
+
+
+def assert_same_day(got: str, local: str, landing: Path, day: dt.date, k: int, where: str) -> None:
+    """Every published table of ``got`` equals the local run's row for row, something was
+    materialized, the feeds are the naive answer and the day is published."""
+    differing = [
+        f"{layer}/{table}"
+        for layer, table in OUTPUTS
+        if rows(got, layer, table, day) != rows(local, layer, table, day)
+    ]
+    assert not differing, f"tables differ between {where} and the local run: {differing}"
+    feeds = ("producer_feed", "view_feed", "consumer_feed")
+    assert sum(len(rows(got, "feeds", t, day)) for t in feeds), "nothing was materialized"
+
+    expected = naive.feeds(landing, day, day, k)
+    served = FeedReader(got, day).feeds(sorted(expected), k)
+    assert {c: [i.event_id for i in f] for c, f in served.items()} == expected
+    assert (Path(got) / "manifests" / f"ds={day}" / "_SUCCESS").exists()
