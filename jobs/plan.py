@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.exact import exact_sum
-from jobs.common.spark import empty_frame
+from jobs.common.spark import UNCOMPRESSED_CACHE, empty_frame
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, write_partition
 from jobs.selection import cost, feeding_frenzy, latency, shared
@@ -194,6 +194,10 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
     stacked, part_rows = assignments(edges, settings, timings)
 
     stacked = stacked.persist(StorageLevel.MEMORY_AND_DISK)
+    # built now: Spark plans a scan of a kept frame with the frame's partitioning only once
+    # the frame exists, and the per-consumer steps after this (the costs, the sources) need
+    # no shuffle of their own when it is partitioned by consumer (feeding_frenzy.edge_inputs)
+    stacked.count()
     if phi is None:
         phi = edges.select("producer_id", "phi").distinct()
     shared_members = (
@@ -217,12 +221,16 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
     return Plans(edges, stacked, part_rows, shared_members, costs, timings)
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
-    from jobs.common.spark import UNCOMPRESSED_CACHE, scoped_conf
+PLAN_CONF = {**UNCOMPRESSED_CACHE, **feeding_frenzy.CONSUMER_PARTITIONED}
+"""Settings of a stage that computes plans (``scoped_conf``): the plans it keeps (one row per
+strategy and follow edge) are built once and scanned by every later step (the costs, the edge
+plan's range write, the sources), and partitioned by consumer."""
 
-    # the plans it keeps (one row per strategy and follow edge) are built once and scanned by
-    # every later step: the costs, the edge plan's range write (twice when it samples), the sources
-    with scoped_conf(spark, UNCOMPRESSED_CACHE, settings):
+
+def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+    from jobs.common.spark import scoped_conf
+
+    with scoped_conf(spark, PLAN_CONF, settings):
         return _run(spark, settings, ds)
 
 

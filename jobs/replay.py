@@ -152,6 +152,16 @@ def evaluate(
 ) -> list[dict[str, Any]]:
     """Replay days ``start``..``end``; a day is skipped (with a warning) unless its plan
     inputs and the next day's clean events and views are there."""
+    from jobs.common.spark import scoped_conf
+    from jobs.plan import PLAN_CONF
+
+    with scoped_conf(spark, PLAN_CONF, settings):  # the plan stage's plans, computed as it does
+        return _evaluate(spark, settings, start, end)
+
+
+def _evaluate(
+    spark: SparkSession, settings: Settings, start: dt.date, end: dt.date
+) -> list[dict[str, Any]]:
     wh = Storage.at(settings.warehouse)
     events = set(wh.list_partitions("clean", "events"))
     views = set(wh.list_partitions("clean", "views"))

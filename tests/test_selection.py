@@ -291,3 +291,56 @@ def test_side_by_side_returns_in_order_and_raises_only_once_all_have_stopped(spa
         assert finished.is_set()
     finally:
         sc.setLocalProperty("feedpipe.test", None)
+
+
+def test_plans_with_a_current_plan_are_kept_partitioned_by_consumer(spark):
+    """Under the plan stage's settings the current plan's join leaves the edges partitioned by
+    consumer, so the costs' per-consumer sums need no shuffle; the costs are the same."""
+    import re
+
+    from pyspark.sql import functions as F
+
+    from jobs.common.config import Settings
+    from jobs.common.spark import scoped_conf
+    from jobs.plan import PLAN_CONF, plans_of
+
+    consumers = [f"c{i:02d}" for i in range(12)]
+    producers = ["p0", "p1", "p2"]
+    follows = spark.createDataFrame(
+        [(c, p) for c in consumers for p in producers], "consumer_id string, producer_id string"
+    )
+    pr = spark.createDataFrame(
+        [(p, 1.0) for p in producers], "producer_id string, events_per_hour double"
+    )
+    # even consumers view far above H/L = 3 (push), odd ones far below (pull)
+    cr = spark.createDataFrame(
+        [(c, 10.0 if i % 2 == 0 else 0.5) for i, c in enumerate(consumers)],
+        "consumer_id string, views_per_hour double",
+    )
+    # served now: every edge of the first six consumers is pulled; the rest are new edges
+    current = spark.createDataFrame(
+        [(c, p, "pull") for c in consumers[:6] for p in producers],
+        "consumer_id string, producer_id string, mode string",
+    )
+    settings = Settings(strategies=("ff-per-pair",), strategy="ff-per-pair")
+    # the rates are broadcast, as small tables are; the current plan is not, as at scale
+    pr, cr = F.broadcast(pr), F.broadcast(cr)
+    no_broadcast = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
+
+    def priced(conf: dict[str, str]) -> tuple[dict, str]:
+        with scoped_conf(spark, conf, Settings()):
+            plans = plans_of(feeding_frenzy.edge_inputs(follows, pr, cr, current), settings)
+            try:
+                (row,) = plans.costs.collect()
+                return row.asDict(), plans.costs._jdf.queryExecution().executedPlan().toString()
+            finally:
+                plans.release()
+
+    row, shape = priced({**PLAN_CONF, **no_broadcast})
+    plain_row, plain_shape = priced(no_broadcast)
+    per_consumer = r"Exchange hashpartitioning\(strategy#\d+, consumer_id#\d+"
+    assert re.search(per_consumer, plain_shape) and not re.search(per_consumer, shape)
+    assert row == plain_row
+    # c00, c02, c04 are pulled now and pushed under the plan: 3 edges each change mode
+    assert (row["push_edges"], row["pull_edges"], row["mode_changes"]) == (18, 18, 9)
+    assert row["consumers"] == 12

@@ -126,6 +126,8 @@ class Settings:
     """Files larger than this go to ``publish_to`` as multipart uploads of parts this large (AWS
     S3 wants at least 5 MiB)."""
     shuffle_partitions: int = 8
+    """Partitions of each shuffle (``spark.sql.shuffle.partitions``): a multiple of the cores.
+    The plan stage keeps exactly this many, where other stages let Spark coalesce small ones."""
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,20 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
+CONSUMER_PARTITIONED = {
+    # a join on (consumer_id, producer_id) may use inputs partitioned by consumer_id alone
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
+    # every shuffle of the plan carries every edge or every consumer: keep the configured
+    # partitions (shuffle_partitions, a multiple of the cores) rather than coalescing them to
+    # a count that leaves a core idle in the last round
+    "spark.sql.adaptive.coalescePartitions.enabled": "false",
+}
+"""Settings (``jobs.common.spark.scoped_conf``) of a stage that plans with
+:func:`edge_inputs`: without them Spark shuffles the consumer-partitioned inputs of the
+current plan's join again, by both keys. Measured at ``ff2010 --scale 4`` (docs/benchmarks.md,
+"A fourteenth round")."""
+
+
 def edge_inputs(
     follows: DataFrame,
     producer_rates: DataFrame,
@@ -37,7 +51,12 @@ def edge_inputs(
     ``active`` comes from ``consumer_rates.active`` when present (true otherwise).
 
     Row-wise joins only: the per-consumer totals Lemma 2 needs (:func:`consumer_totals`)
-    cost a shuffle and are computed by :func:`ff_consumer` alone."""
+    cost a shuffle and are computed by :func:`ff_consumer` alone.
+
+    With a current plan, both sides of its join are shuffled by ``consumer_id`` alone (under
+    :data:`CONSUMER_PARTITIONED`), so the edges come out partitioned by consumer and every
+    per-consumer step after the join (the costs' per-consumer sums, Lemma 2's window, the
+    sources' personal feeds) runs on them without a shuffle of its own."""
     from pyspark.sql import functions as F
 
     pr = producer_rates.select("producer_id", F.col("events_per_hour").alias("phi"))
@@ -45,15 +64,16 @@ def edge_inputs(
     cr = consumer_rates.select(
         "consumer_id", F.col("views_per_hour").alias("theta"), active.alias("active")
     )
-    edges = (
-        follows.select("consumer_id", "producer_id")
-        .join(pr, "producer_id", "left")
-        .join(cr, "consumer_id", "left")
-    )
+    follows = follows.select("consumer_id", "producer_id")
+    if current is not None:
+        follows = follows.repartition("consumer_id")
+    edges = follows.join(pr, "producer_id", "left").join(cr, "consumer_id", "left")
     if current is None:
         edges = edges.withColumn("current_mode", F.lit(None).cast("string"))
     else:
-        modes = current.select("consumer_id", "producer_id", F.col("mode").alias("current_mode"))
+        modes = current.select(
+            "consumer_id", "producer_id", F.col("mode").alias("current_mode")
+        ).repartition("consumer_id")
         edges = edges.join(modes, ["consumer_id", "producer_id"], "left")
     return edges.withColumn("ratio", F.try_divide(F.col("theta"), F.col("phi"))).withColumn(
         "active", F.coalesce(F.col("active"), F.lit(True))
