@@ -327,20 +327,37 @@ def test_plans_with_a_current_plan_are_kept_partitioned_by_consumer(spark):
     pr, cr = F.broadcast(pr), F.broadcast(cr)
     no_broadcast = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
 
-    def priced(conf: dict[str, str]) -> tuple[dict, str]:
+    def shape(df) -> str:
+        return df._jdf.queryExecution().executedPlan().toString()
+
+    def priced(conf: dict[str, str]) -> tuple[dict, str, set]:
         with scoped_conf(spark, conf, Settings()):
             plans = plans_of(feeding_frenzy.edge_inputs(follows, pr, cr, current), settings)
             try:
                 (row,) = plans.costs.collect()
-                return row.asDict(), plans.costs._jdf.queryExecution().executedPlan().toString()
+                sources = consumer_sources(plans.stacked, views=False)
+                rows = {tuple(r) for r in sources.collect()}
+                return row.asDict(), shape(plans.costs) + shape(sources), rows
             finally:
                 plans.release()
 
-    row, shape = priced({**PLAN_CONF, **no_broadcast})
-    plain_row, plain_shape = priced(no_broadcast)
-    per_consumer = r"Exchange hashpartitioning\(strategy#\d+, consumer_id#\d+"
-    assert re.search(per_consumer, plain_shape) and not re.search(per_consumer, shape)
+    row, plan_shape, sources = priced({**PLAN_CONF, **no_broadcast})
+    plain_row, plain_shape, plain_sources = priced(no_broadcast)
+    # the costs' per-consumer sums and the sources' distinct personal feeds
+    per_consumer = (
+        r"Exchange hashpartitioning\(strategy#\d+, consumer_id#\d+",
+        r"Exchange hashpartitioning\(consumer_id#\d+, \d+\), ENSURE_REQUIREMENTS",
+    )
+    for pattern in per_consumer:
+        assert re.search(pattern, plain_shape) and not re.search(pattern, plan_shape)
     assert row == plain_row
+    # a personal feed per pushing consumer, a producer row per pulled edge
+    feeds = {(c, "consumer_feed", c) for c in consumers[::2]}
+    assert (
+        sources
+        == plain_sources
+        == feeds | {(c, "producer", p) for c in consumers[1::2] for p in producers}
+    )
     # c00, c02, c04 are pulled now and pushed under the plan: 3 edges each change mode
     assert (row["push_edges"], row["pull_edges"], row["mode_changes"]) == (18, 18, 9)
     assert row["consumers"] == 12
