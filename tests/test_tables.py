@@ -90,3 +90,38 @@ def test_range_write_reuses_the_previous_bounds_and_rebalances(spark, make_setti
     check_range_files(files4, day3)
     sizes4 = [len(rows) for rows in files4]
     assert len(sizes4) == 4 and max(sizes4) <= 2 * sum(sizes4) / len(sizes4)
+
+
+def test_ids_marked_in_the_contract_are_written_without_a_dictionary(spark, make_settings):
+    """``"dictionary": false`` columns of a contract (the edge plan's ids) are written plain;
+    the others keep Parquet's dictionary, and the rows read back as written."""
+    from jobs.common.storage import Storage
+    from jobs.common.tables import contract, write_partition
+
+    settings = make_settings()
+    wh = Storage.at(settings.warehouse)
+    c = contract("plan", "edge_plan")
+    plain = {col.name for col in c.columns if not col.dictionary}
+    assert plain == {"consumer_id", "producer_id", "source_id"}
+    rows = [
+        (f"u{i:04d}", f"p{i % 7}", "push" if i % 3 else "pull", f"u{i:04d}", i / 7, "ff-per-pair")
+        for i in range(2000)
+    ]
+    df = spark.createDataFrame(rows, ", ".join(f"{col.name} {col.type}" for col in c.columns))
+    write_partition(df, wh, c, D1, files=2)
+
+    folder = Path(settings.warehouse) / "plan" / "edge_plan" / f"ds={D1}"
+    files = sorted(folder.glob("*.parquet"))
+    assert len(files) == 2
+    read = []
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        strings = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+        strings = [chunk for chunk in strings if chunk.physical_type == "BYTE_ARRAY"]
+        assert len(strings) == 5
+        for chunk in strings:
+            dictionary = any("DICTIONARY" in e for e in chunk.encodings)
+            # 1,000 ids fit one dictionary page: Parquet would use one for every string column
+            assert dictionary == (chunk.path_in_schema not in plain), chunk.path_in_schema
+        read += [tuple(r.values()) for r in pq.read_table(path).to_pylist()]
+    assert sorted(read) == sorted(rows)

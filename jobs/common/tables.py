@@ -40,6 +40,10 @@ class Column:
     type: str
     nullable: bool
     doc: str = ""
+    dictionary: bool = True
+    """Parquet dictionary encoding (contract ``"dictionary": false`` turns it off): for ids
+    with more distinct values per file than a dictionary page holds, which Parquet would
+    dictionary-encode only until the page is full and then write plain anyway."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,10 @@ def contract(layer: str, name: str, version: int = 1) -> Contract:
     except FileNotFoundError as exc:
         raise ContractError(f"no contract {layer}/{name} v{version} at {path}") from exc
     cols = tuple(
-        Column(c["name"], c["type"], bool(c["nullable"]), c.get("doc", "")) for c in spec["columns"]
+        Column(
+            c["name"], c["type"], bool(c["nullable"]), c.get("doc", ""), c.get("dictionary", True)
+        )
+        for c in spec["columns"]
     )
     return Contract(
         layer=layer,
@@ -154,11 +161,15 @@ def write_partition(
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
     staged = storage.staging_dir(*final)
+    writer = out.write.mode("overwrite")
+    for col in c.columns:
+        if not col.dictionary:
+            writer = writer.option(f"parquet.enable.dictionary#{col.name}", "false")
     # names the write's jobs in the Spark UI and event logs (bench/eventlog.py), which
     # otherwise show "parquet at NativeMethodAccessorImpl.java:0" for every table
     try:
         with job_description(df.sparkSession, f"write {c.layer}/{table or c.name} ds={ds}"):
-            out.write.mode("overwrite").parquet(storage.spark_path(*staged))
+            writer.parquet(storage.spark_path(*staged))
     finally:
         if kept is not None:  # only what this write kept: never the caller's cache
             kept.unpersist()
