@@ -125,3 +125,25 @@ def test_ids_marked_in_the_contract_are_written_without_a_dictionary(spark, make
             assert dictionary == (chunk.path_in_schema not in plain), chunk.path_in_schema
         read += [tuple(r.values()) for r in pq.read_table(path).to_pylist()]
     assert sorted(read) == sorted(rows)
+
+
+def test_a_contract_with_a_dictionary_flag_that_is_not_a_boolean_is_refused(tmp_path, monkeypatch):
+    """``"dictionary": "false"`` (a string) would otherwise keep the dictionary silently."""
+    import json
+
+    import pytest
+
+    from jobs.common.tables import ContractError, contract
+
+    folder = tmp_path / "test_layer" / "ids"
+    folder.mkdir(parents=True)
+    column = {"name": "consumer_id", "type": "string", "nullable": False}
+    spec = {"table": "test_layer/ids", "version": 1, "columns": [column]}
+    (folder / "v1.json").write_text(json.dumps(spec))
+    (folder / "v2.json").write_text(
+        json.dumps({**spec, "version": 2, "columns": [{**column, "dictionary": "false"}]})
+    )
+    monkeypatch.setenv("FEEDPIPE_SCHEMAS", str(tmp_path))
+    assert contract("test_layer", "ids").columns[0].dictionary is True
+    with pytest.raises(ContractError, match='consumer_id: "dictionary" must be true or false'):
+        contract("test_layer", "ids", 2)

@@ -86,6 +86,12 @@ def contract(layer: str, name: str, version: int = 1) -> Contract:
         spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ContractError(f"no contract {layer}/{name} v{version} at {path}") from exc
+    for c in spec["columns"]:
+        if not isinstance(c.get("dictionary", True), bool):
+            raise ContractError(
+                f"{layer}/{name} v{version}: column {c['name']}: "
+                f'"dictionary" must be true or false, not {c["dictionary"]!r}'
+            )
     cols = tuple(
         Column(
             c["name"], c["type"], bool(c["nullable"]), c.get("doc", ""), c.get("dictionary", True)
