@@ -86,23 +86,20 @@ def contract(layer: str, name: str, version: int = 1) -> Contract:
         spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ContractError(f"no contract {layer}/{name} v{version} at {path}") from exc
+    cols: list[Column] = []
     for c in spec["columns"]:
-        if not isinstance(c.get("dictionary", True), bool):
+        dictionary = c.get("dictionary", True)
+        if not isinstance(dictionary, bool):
             raise ContractError(
                 f"{layer}/{name} v{version}: column {c['name']}: "
-                f'"dictionary" must be true or false, not {c["dictionary"]!r}'
+                f'"dictionary" must be true or false, not {dictionary!r}'
             )
-    cols = tuple(
-        Column(
-            c["name"], c["type"], bool(c["nullable"]), c.get("doc", ""), c.get("dictionary", True)
-        )
-        for c in spec["columns"]
-    )
+        cols.append(Column(c["name"], c["type"], bool(c["nullable"]), c.get("doc", ""), dictionary))
     return Contract(
         layer=layer,
         name=name,
         version=int(spec["version"]),
-        columns=cols,
+        columns=tuple(cols),
         key=tuple(spec.get("key", ())),
         sort_by=tuple(spec.get("sort_by", ())),
         files=spec.get("files", "range"),
