@@ -9,6 +9,7 @@ the naive feeds; the server's own event log must hold the day's queries.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import socket
@@ -100,6 +101,17 @@ def test_a_day_on_a_connect_server_equals_the_local_run(spark, server, tmp_path)
     logged = "\n".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
     assert remote in logged and local not in logged
 
+    # the server ran its client sessions without artifact isolation, which would give each
+    # session a class loader of its own and so its own copy of every generated class
+    env = next(
+        json.loads(line)
+        for line in logged.splitlines()
+        if '"SparkListenerEnvironmentUpdate"' in line
+    )
+    props = dict(env["Spark Properties"])
+    assert props["spark.sql.artifact.isolation.enabled"] == "false"
+    assert "SparkConnectPlugin" in props["spark.plugins"]
+
 
 def test_the_server_command_carries_the_stage_settings():
     s = Settings(spark_master="local[3]", shuffle_partitions=6, spark_conf={"spark.x.y": "z"})
@@ -114,7 +126,17 @@ def test_the_server_command_carries_the_stage_settings():
     assert confs["spark.default.parallelism"] == "3"
     assert confs["spark.x.y"] == "z"
     assert "spark.driver.memory" not in confs
-    assert "org.apache.spark.sql.connect.service.SparkConnectServer" in cmd
+    # the Connect plugin on a driver of ours, the client sessions sharing generated code
+    assert cmd[-1].endswith("connect_service.py") and Path(cmd[-1]).is_file()
+    assert confs["spark.plugins"] == "org.apache.spark.sql.connect.SparkConnectPlugin"
+    assert confs["spark.sql.artifact.isolation.enabled"] == "false"
+    s2 = Settings(spark_conf={"spark.plugins": "com.example.Plugin"})
+    confs2 = dict(
+        a.split("=", 1) for a in connect_server_command(s2, "127.0.0.1", 1, "1g") if "=" in a
+    )
+    assert confs2["spark.plugins"] == (
+        "com.example.Plugin,org.apache.spark.sql.connect.SparkConnectPlugin"
+    )
     assert (local_cores("local"), local_cores("local[*]")) == (1, os.cpu_count())
     assert local_cores("spark://127.0.0.1:7077") is None
     with pytest.raises(ConfigError, match="sc://"):

@@ -139,7 +139,12 @@ def connect_server_command(
     settings: Settings, host: str, port: int, driver_memory: str
 ) -> list[str]:
     """``spark-submit`` of a Spark Connect server with the settings every stage relies on
-    (:func:`spark_defaults`), on ``settings.spark_master``, listening on ``host:port``."""
+    (:func:`spark_defaults`), on ``settings.spark_master``, listening on ``host:port``.
+
+    The driver is ``jobs/connect_service.py``, which holds a session open; the service is
+    Spark's Connect plugin, with :data:`CONNECT_SERVER_CONF`: the client sessions share
+    the classes Spark generates for their queries, so a stage run reuses the code earlier
+    runs compiled and the JVM warmed up."""
     conf = spark_defaults(settings)
     conf.pop("spark.driver.memory", None)
     conf["spark.connect.grpc.binding.address"] = host
@@ -147,12 +152,31 @@ def connect_server_command(
     cores = local_cores(settings.spark_master)
     if cores is not None:
         conf.setdefault("spark.default.parallelism", str(cores))
+    plugins = [p for p in conf.get("spark.plugins", "").split(",") if p]
+    for key, value in CONNECT_SERVER_CONF.items():
+        if key == "spark.plugins":
+            value = ",".join([*plugins, value] if value not in plugins else plugins)
+        conf[key] = value
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     cmd = [submit, "--master", settings.spark_master, "--driver-memory", driver_memory]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
-    cmd += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
-    return [*cmd, "--name", "feedpipe-connect", "spark-internal"]
+    driver = os.path.join(os.path.dirname(os.path.dirname(__file__)), "connect_service.py")
+    return [*cmd, "--name", "feedpipe-connect", driver]
+
+
+CONNECT_SERVER_CONF = {
+    "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+    # Spark keys its cache of generated classes by class loader. With artifact isolation
+    # (what Spark's own SparkConnectServer forces) each client session runs its queries under
+    # a class loader of its own, so every stage run compiled all its code again: at ff2010
+    # --scale 4 a warm plan run took 40 to 48 s with it and 30 to 34 s without
+    # (docs/benchmarks.md, "A sixteenth round"). The stages add no jars or classes to their
+    # sessions, which is what isolation keeps apart.
+    "spark.sql.artifact.isolation.enabled": "false",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
+}
+"""Launch settings of ``feedpipe connect-server`` on top of :func:`spark_defaults`."""
 
 
 UNCOMPRESSED_CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
