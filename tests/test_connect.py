@@ -130,13 +130,16 @@ def test_the_server_command_carries_the_stage_settings():
     assert cmd[-1].endswith("connect_service.py") and Path(cmd[-1]).is_file()
     assert confs["spark.plugins"] == "org.apache.spark.sql.connect.SparkConnectPlugin"
     assert confs["spark.sql.artifact.isolation.enabled"] == "false"
-    s2 = Settings(spark_conf={"spark.plugins": "com.example.Plugin"})
+    assert int(confs["spark.sql.codegen.cache.maxEntries"]) >= 1000
+    own = {"spark.plugins": "com.example.Plugin", "spark.sql.codegen.cache.maxEntries": "7"}
+    s2 = Settings(spark_conf=own)
     confs2 = dict(
         a.split("=", 1) for a in connect_server_command(s2, "127.0.0.1", 1, "1g") if "=" in a
     )
     assert confs2["spark.plugins"] == (
         "com.example.Plugin,org.apache.spark.sql.connect.SparkConnectPlugin"
     )
+    assert confs2["spark.sql.codegen.cache.maxEntries"] == "7"  # the operator's own stands
     assert (local_cores("local"), local_cores("local[*]")) == (1, os.cpu_count())
     assert local_cores("spark://127.0.0.1:7077") is None
     with pytest.raises(ConfigError, match="sc://"):

@@ -155,8 +155,9 @@ def connect_server_command(
     plugins = [p for p in conf.get("spark.plugins", "").split(",") if p]
     for key, value in CONNECT_SERVER_CONF.items():
         if key == "spark.plugins":
-            value = ",".join([*plugins, value] if value not in plugins else plugins)
-        conf[key] = value
+            conf[key] = ",".join([*plugins, value] if value not in plugins else plugins)
+        elif key not in settings.spark_conf:  # the operator's own setting stands
+            conf[key] = value
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     cmd = [submit, "--master", settings.spark_master, "--driver-memory", driver_memory]
     for key, value in conf.items():
@@ -170,11 +171,15 @@ CONNECT_SERVER_CONF = {
     # Spark keys its cache of generated classes by class loader. With artifact isolation
     # (what Spark's own SparkConnectServer forces) each client session runs its queries under
     # a class loader of its own, so every stage run compiled all its code again: at ff2010
-    # --scale 4 a warm plan run took 40 to 48 s with it and 30 to 34 s without
+    # --scale 4 a warm plan run took 42 to 50 s with it and 30 to 34 s without
     # (docs/benchmarks.md, "A sixteenth round"). The stages add no jars or classes to their
     # sessions, which is what isolation keeps apart.
     "spark.sql.artifact.isolation.enabled": "false",
     "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
+    # and keeps up to 100 of those classes by default, the least recently used going first: a
+    # day's rates, plan and materialize compile over 200, so each stage found its classes of
+    # the day before gone and compiled them all again (ibid.)
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 """Launch settings of ``feedpipe connect-server`` on top of :func:`spark_defaults`."""
 
