@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from jobs.common.config import load_settings  # noqa: E402
 from jobs.common.spark import build_session  # noqa: E402
-from jobs.common.tables import contract  # noqa: E402
+from jobs.common.tables import contract, plain_encoding  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=4)
     args = ap.parse_args(argv)
     c = contract(*args.table.split("/"))
-    plain = [col.name for col in c.columns if not col.dictionary]
-    if not plain:
+    if not plain_encoding(c):
         raise SystemExit(f"{args.table}: no column of its contract is marked plain")
     spark = build_session(load_settings(None), f"feedpipe-bench-encoding-{c.name}")
     from pyspark.sql import functions as F
@@ -54,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             for variant in ("dictionary", "ids plain"):
                 writer = out.write.mode("overwrite")
                 if variant == "ids plain":
-                    for name in plain:
-                        writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
+                    writer = writer.options(**plain_encoding(c))
                 target = scratch / variant.replace(" ", "_")
                 started = time.monotonic()
                 writer.parquet(str(target))

@@ -164,10 +164,7 @@ def write_partition(
         out = out.sortWithinPartitions(*c.sort_by)
     final = c.parts(ds, table)
     staged = storage.staging_dir(*final)
-    writer = out.write.mode("overwrite")
-    for col in c.columns:
-        if not col.dictionary:
-            writer = writer.option(f"parquet.enable.dictionary#{col.name}", "false")
+    writer = out.write.mode("overwrite").options(**plain_encoding(c))
     # names the write's jobs in the Spark UI and event logs (bench/eventlog.py), which
     # otherwise show "parquet at NativeMethodAccessorImpl.java:0" for every table
     try:
@@ -177,6 +174,14 @@ def write_partition(
         if kept is not None:  # only what this write kept: never the caller's cache
             kept.unpersist()
     storage.swap_in(staged, final)
+
+
+def plain_encoding(c: Contract) -> dict[str, str]:
+    """Parquet writer options that write the contract's ``"dictionary": false`` columns
+    without a dictionary (docs/data-contracts.md)."""
+    return {
+        f"parquet.enable.dictionary#{col.name}": "false" for col in c.columns if not col.dictionary
+    }
 
 
 def previous_bounds(
