@@ -198,7 +198,7 @@ def bench(
     }
 
 
-def table(result: dict[str, Any], stages: list[str]) -> str:
+def table(result: dict[str, Any]) -> str:
     med, runs = result["median"], result["runs"]
     new_days = result.get("new_days", 0)
     what = (
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     result = bench(args.scale, args.reps, Path(args.work).resolve(), stages, args.new_days)
     name = "connect_newdays" if args.new_days else "connect"
     path = ROOT / "bench" / "results" / f"{name}_ff2010_{args.scale:g}.json"
-    return finish(result, table(result, stages), path)
+    return finish(result, table(result), path)
 
 
 if __name__ == "__main__":
