@@ -188,8 +188,8 @@ def bench_scale(
     # the driver memory the DAG gives each stage (dags/feeds_daily.py)
     memory = os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g")
     submit = [str(bin_dir / "spark-submit"), "--master", "local[*]", "--driver-memory", memory]
-    if java_options := driver_java_options():  # as the DAG submits (jobs/cds.py)
-        submit += ["--conf", f"spark.driver.extraJavaOptions={java_options}"]
+    # the collector and the class archive, as the DAG submits (jobs/cds.py)
+    submit += ["--conf", f"spark.driver.extraJavaOptions={driver_java_options()}"]
 
     if event_logs:  # for bench/eventlog.py
         (logs / "events").mkdir(exist_ok=True)

@@ -79,13 +79,13 @@ def _s3a_jars() -> str | None:
     return ",".join(jar_paths()) or None
 
 
-def _driver_conf() -> dict[str, str] | None:
-    """The driver JVM maps the class-data archive ``make install`` built, when there is one
-    (jobs/cds.py); the driver runs on this worker, so the archive is this worker's."""
+def _driver_conf() -> dict[str, str]:
+    """The driver JVM runs the drivers' collector and maps the class-data archive ``make
+    install`` built, when there is one (jobs/cds.py); the driver runs on this worker, so the
+    archive is this worker's."""
     from jobs.cds import driver_java_options
 
-    java_options = driver_java_options()
-    return {"spark.driver.extraJavaOptions": java_options} if java_options else None
+    return {"spark.driver.extraJavaOptions": driver_java_options()}
 
 
 with DAG(

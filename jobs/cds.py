@@ -9,12 +9,15 @@ measured effect is in docs/benchmarks.md ("Scale 1").
 ``python -m jobs.cds`` (run by ``make install``) builds the archive by running a small
 representative application (Parquet write and read, a shuffle, a join, a window, a pandas
 function) under ``spark-submit``. The archive lives in ``<venv>/share/feedpipe/cds/``, is
-named after the Spark version and the JVM that made it, and is used only when it exists:
-``driver_java_options`` returns nothing otherwise, because a JVM pointed at a missing
-archive starts without any class sharing, slower than its default. An archive made by
+named after the Spark version, the collector and the JVM that made it, and is used only
+when it exists: ``driver_java_options`` leaves it out otherwise, because a JVM pointed at a
+missing archive starts without any class sharing, slower than its default. An archive made by
 another JVM build, or with jars changed since, is ignored silently by the JVM, which then
 also starts without class sharing: rebuild it (``python -m jobs.cds``) after upgrading.
 ``FEEDPIPE_CDS=off`` disables it.
+
+Every driver also runs the parallel garbage collector (:data:`GC_OPTIONS`), and the archive
+is made under it: a dynamic archive made under one collector fails to load under another.
 
 """
 
@@ -51,6 +54,15 @@ spark.stop()
 """
 
 
+GC_OPTIONS = "-XX:+UseParallelGC"
+"""The drivers' garbage collector. A local driver is the executor too, on a few cores, where
+G1 (the JVM's default) takes CPU from the tasks for its concurrent work and write barriers:
+warm plan runs on a Spark Connect server at ``ff2010 --scale 4`` took 29.6 to 30.6 s under
+it and 31.0 to 34.3 s under G1 (docs/benchmarks.md, "An eighteenth round")."""
+GC_TAG = "parallelgc"
+"""The collector in the archive's name, so an archive made under another is not used."""
+
+
 def archive_dir() -> Path:
     return Path(sys.prefix) / "share" / "feedpipe" / "cds"
 
@@ -68,7 +80,7 @@ def java_release() -> str:
 def archive_path(release: str | None = None) -> Path:
     import pyspark
 
-    name = f"spark-{pyspark.__version__}-java-{release or java_release()}.jsa"
+    name = f"spark-{pyspark.__version__}-{GC_TAG}-java-{release or java_release()}.jsa"
     return archive_dir() / re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
@@ -81,14 +93,15 @@ def current_archive() -> Path | None:
         return None
     import pyspark
 
-    found = sorted(folder.glob(f"spark-{pyspark.__version__}-java-*.jsa"))
+    found = sorted(folder.glob(f"spark-{pyspark.__version__}-{GC_TAG}-java-*.jsa"))
     return found[0] if len(found) == 1 else None  # build() keeps one
 
 
 def driver_java_options() -> str:
-    """``spark.driver.extraJavaOptions`` for a driver on this machine ("" without archive)."""
+    """``spark.driver.extraJavaOptions`` for a driver on this machine: the collector
+    (:data:`GC_OPTIONS`) and the class archive, when there is one."""
     archive = current_archive()
-    return f"-XX:SharedArchiveFile={archive}" if archive else ""
+    return f"{GC_OPTIONS} -XX:SharedArchiveFile={archive}" if archive else GC_OPTIONS
 
 
 def build(force: bool = False) -> Path:
@@ -111,7 +124,8 @@ def build(force: bool = False) -> Path:
         }
         cmd = [str(bin_dir / "spark-submit"), "--master", "local[2]"]
         cmd += ["--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN"]
-        cmd += ["--driver-java-options", f"-XX:ArchiveClassesAtExit={partial}", str(script)]
+        options = f"{GC_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
+        cmd += ["--driver-java-options", options, str(script)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if done.returncode != 0 or not partial.exists():
             raise RuntimeError(f"the CDS training application failed:\n{done.stderr[-3000:]}")

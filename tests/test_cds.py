@@ -1,5 +1,6 @@
 """The class-data sharing archive ``make install`` builds (jobs/cds.py): drivers started by
-spark-submit, by the DAG and by an in-process session map it, and it really serves classes."""
+spark-submit, by the DAG and by an in-process session map it, and it really serves classes;
+and the drivers' collector, which the archive is made under."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ APP = """
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.appName("cds-check").getOrCreate()
 assert spark.range(100).selectExpr("sum(id) AS s").first().s == 4950
+beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+print("collectors:", ",".join(sorted(b.getName() for b in beans)))
 spark.stop()
 """
 
@@ -37,7 +40,8 @@ def class_sources(log: Path) -> dict[str, int]:
     return counts
 
 
-def submit(tmp_path: Path, java_options: str, name: str) -> dict[str, int]:
+def submit(tmp_path: Path, java_options: str, name: str) -> tuple[dict[str, int], str]:
+    """Classes by source, and the driver's garbage collectors (their JMX names)."""
     script, log = tmp_path / "app.py", tmp_path / f"{name}.log"
     script.write_text(APP)
     bin_dir = Path(sys.executable).parent
@@ -52,7 +56,9 @@ def submit(tmp_path: Path, java_options: str, name: str) -> dict[str, int]:
         text=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return class_sources(log)
+    assert "Unable to use shared archive" not in done.stdout + done.stderr
+    collectors = next(x for x in done.stdout.splitlines() if x.startswith("collectors:"))
+    return class_sources(log), collectors.split(":", 1)[1].strip()
 
 
 def test_install_built_an_archive_for_this_spark_and_jvm():
@@ -60,12 +66,14 @@ def test_install_built_an_archive_for_this_spark_and_jvm():
     assert archive is not None, "make install (python -m jobs.cds) builds the archive"
     assert archive == archive_path()  # named after this pyspark and this JVM's build
     assert pyspark.__version__ in archive.name and archive.stat().st_size > 10_000_000
-    assert driver_java_options() == f"-XX:SharedArchiveFile={archive}"
+    assert driver_java_options() == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"
 
 
 def test_a_driver_with_the_archive_loads_spark_from_it(tmp_path):
-    without = submit(tmp_path, "", "without")
-    with_archive = submit(tmp_path, driver_java_options(), "with")
+    without, default_gc = submit(tmp_path, "", "without")
+    with_archive, gc = submit(tmp_path, driver_java_options(), "with")
+    # the parallel collector (the JVM's default here is G1), under which the archive loads
+    assert gc == "PS MarkSweep,PS Scavenge" and default_gc != gc
     # the same application loads about as many classes either way...
     total_without, total_with = sum(without.values()), sum(with_archive.values())
     assert abs(total_with - total_without) < 0.1 * total_without
@@ -81,6 +89,6 @@ def test_sessions_pass_the_archive_to_the_driver(monkeypatch):
     assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == option
     own = Settings(spark_conf={"spark.driver.extraJavaOptions": "-Xss4m"})
     assert spark_defaults(own)["spark.driver.extraJavaOptions"] == "-Xss4m"  # yours wins
-    monkeypatch.setenv("FEEDPIPE_CDS", "off")
-    assert driver_java_options() == ""
-    assert "spark.driver.extraJavaOptions" not in spark_defaults(Settings())
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")  # no archive, the collector stays
+    assert driver_java_options() == "-XX:+UseParallelGC"
+    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"

@@ -75,9 +75,12 @@ def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
     archive = current_archive()
     assert archive is not None  # make install builds it (tests/test_cds.py)
     task = load_dag().get_task("plan_views")
-    assert task.conf == {"spark.driver.extraJavaOptions": f"-XX:SharedArchiveFile={archive}"}
-    monkeypatch.setenv("FEEDPIPE_CDS", "off")
-    assert load_dag().get_task("validate_tables").conf is None
+    options = f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"
+    assert task.conf == {"spark.driver.extraJavaOptions": options}
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")  # the collector stays
+    assert load_dag().get_task("validate_tables").conf == {
+        "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"
+    }
 
 
 @pytest.fixture(scope="module")

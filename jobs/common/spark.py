@@ -37,8 +37,8 @@ def spark_defaults(settings: Settings) -> dict[str, str]:
     }
     from jobs.cds import driver_java_options
 
-    if java_options := driver_java_options():  # takes effect where this process starts the JVM
-        conf["spark.driver.extraJavaOptions"] = java_options
+    # the collector and the class archive; takes effect where this process starts the JVM
+    conf["spark.driver.extraJavaOptions"] = driver_java_options()
 
     if any(root.startswith(("s3://", "s3a://")) for root in (settings.landing, settings.warehouse)):
         from jobs.s3a import s3a_conf
