@@ -14,8 +14,9 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 install: $(STAMP)
 
 # The venv is built from PyPI alone (pip runs isolated from the machine's configuration);
-# uv installs the locked set, then the project itself in editable mode.
-$(STAMP): requirements.lock pyproject.toml
+# uv installs the locked set, then the project itself in editable mode. The class archive
+# is made again when its recipe (jobs/cds.py: the collector, the training application) changes.
+$(STAMP): requirements.lock pyproject.toml jobs/cds.py
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --isolated --disable-pip-version-check -q uv==$(UV_VERSION)
 	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
