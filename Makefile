@@ -15,14 +15,14 @@ install: $(STAMP)
 
 # The venv is built from PyPI alone (pip runs isolated from the machine's configuration);
 # uv installs the locked set, then the project itself in editable mode. The class archive
-# is made again when its recipe (jobs/cds.py: the collector, the training application) changes.
-$(STAMP): requirements.lock pyproject.toml jobs/cds.py
+# is made again when its recipe (jobs/common/cds.py: the collector, the training application) changes.
+$(STAMP): requirements.lock pyproject.toml jobs/common/cds.py
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --isolated --disable-pip-version-check -q uv==$(UV_VERSION)
 	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
-	$(BIN)/python -m jobs.s3a
-	$(BIN)/python -m jobs.cds
+	$(BIN)/python -m jobs.common.s3a
+	$(BIN)/python -m jobs.common.cds
 
 	@touch $(STAMP)
 
@@ -32,7 +32,7 @@ lock:
 	    --custom-compile-command "make lock" -o requirements.lock
 
 demo: $(STAMP)
-	$(BIN)/python -m jobs.demo
+	$(BIN)/python -m jobs.dev.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -58,7 +58,7 @@ from day import (  # noqa: E402
 )
 
 from jobs.common.storage import Storage  # noqa: E402
-from jobs.generate import PROFILES, generate, scaled  # noqa: E402
+from jobs.workloads.generate import PROFILES, generate, scaled  # noqa: E402
 
 LANDING_TABLES = ("follows", "events", "views")
 

@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import duckdb_reference  # noqa: E402
 
-from jobs.cds import driver_java_options  # noqa: E402
+from jobs.common.cds import driver_java_options  # noqa: E402
 from jobs.common.storage import Storage  # noqa: E402
-from jobs.generate import PROFILES, generate, scaled  # noqa: E402
+from jobs.workloads.generate import PROFILES, generate, scaled  # noqa: E402
 
 D1, D2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
 SEED = 5  # the workload's seed: every bench generates the same days
@@ -159,7 +159,7 @@ def bench_scale(
 ) -> dict[str, Any]:
     """One scale's bench. ``whole_day``: the configurations of the day in one process,
     ``both`` (the defaults and FF-PerPair only), ``ff-per-pair`` or ``none``."""
-    from jobs.rates import window_days
+    from jobs.stages.rates import window_days
 
     base = work / f"ff2010-{scale:g}"
     landing, wh, ref_out, logs = (base / x for x in ("landing", "warehouse", "duckdb", "logs"))
@@ -188,7 +188,7 @@ def bench_scale(
     # the driver memory the DAG gives each stage (dags/feeds_daily.py)
     memory = os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g")
     submit = [str(bin_dir / "spark-submit"), "--master", "local[*]", "--driver-memory", memory]
-    # the collector and the class archive, as the DAG submits (jobs/cds.py)
+    # the collector and the class archive, as the DAG submits (jobs/common/cds.py)
     submit += ["--conf", f"spark.driver.extraJavaOptions={driver_java_options()}"]
 
     if event_logs:  # for bench/eventlog.py

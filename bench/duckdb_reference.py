@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from jobs.common.config import Settings, load_settings  # noqa: E402
 from jobs.common.exact import FRACTION_BITS, HALF_BITS, HALF_MASK  # noqa: E402
 from jobs.estimators import Window  # noqa: E402
-from jobs.rates import Z90, window_days  # noqa: E402
+from jobs.stages.rates import Z90, window_days  # noqa: E402
 
 INTERVAL90 = (
     f"greatest(rate - {Z90!r} * rate_sd, 0.0) AS rate_lo, rate + {Z90!r} * rate_sd AS rate_hi"

@@ -30,9 +30,10 @@ from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from jobs import plan  # noqa: E402
 from jobs.common.config import load_settings  # noqa: E402
 from jobs.common.spark import build_session, scoped_conf  # noqa: E402
+from jobs.common.storage import Storage  # noqa: E402
+from jobs.stages import plan  # noqa: E402
 
 
 def _kept(frame: DataFrame) -> None:
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for name in variants:
             with scoped_conf(spark, plan.PLAN_CONF, settings):
-                edges = plan.day_edges(spark, settings, args.ds)[0]
+                edges = plan.day_edges(spark, settings, args.ds, Storage.at(settings.warehouse))[0]
                 stacked, _ = plan.assignments(edges, settings, {})
                 t = time.perf_counter()
                 VARIANTS[name](edges, stacked)

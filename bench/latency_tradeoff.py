@@ -16,12 +16,12 @@ import argparse
 import dataclasses
 import datetime as dt
 
-from jobs import plan
 from jobs.common.config import load_settings
 from jobs.common.spark import build_session
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
 from jobs.selection import cost, feeding_frenzy, latency
+from jobs.stages import plan
 
 
 def main() -> None:
@@ -61,13 +61,11 @@ def main() -> None:
             latency_bound=args.bound,
             latency_quantile=q,
         )
-        stacked, _ = plan.assignments(edges, s)
-        target = cost.LatencyTarget(args.metric, args.bound, q)
+        params = plan.PlanParams.of(s)
+        stacked, _ = plan.assignments(edges, params)
         rows = {
             r["strategy"]: r
-            for r in cost.plan_costs(
-                stacked, members, s.push_cost, s.pull_cost, names, target
-            ).collect()
+            for r in cost.plan_costs(stacked, members, params.model, names, params.target).collect()
         }
         mincost = rows["ff-per-pair"]["total_cost"]
         for name in names:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from jobs.common.config import load_settings  # noqa: E402
 from jobs.common.spark import build_session  # noqa: E402
-from jobs.stages import run_stage  # noqa: E402
+from jobs.stages.runner import run_stage  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,14 +27,14 @@ import resource
 import time
 from pathlib import Path
 
-from jobs import stages
 from jobs.common.config import load_settings
 from jobs.common.spark import build_session
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
-from jobs.generate import PROFILES, generate, scaled
-from jobs.plan import day_edges
 from jobs.selection import views
+from jobs.stages import runner
+from jobs.stages.plan import day_edges
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 DAY = dt.date(2026, 1, 1)
 BASELINES = ("push-all", "pull-all", "ff-per-pair", "ff-consumer")
@@ -91,7 +91,7 @@ def main() -> None:
     ):
         if not wh.is_dir(*contract(layer, table).parts(DAY)):
             t = time.perf_counter()
-            stages.run_stage(stage, base, DAY, spark)
+            runner.run_stage(stage, base, DAY, spark)
             result["stages"][stage] = round(time.perf_counter() - t, 1)
     edges = read_partition(spark, wh, contract("clean", "follows"), DAY).count()
     result["edges"] = edges
@@ -99,7 +99,7 @@ def main() -> None:
     def plan(strategies: tuple[str, ...], strategy: str) -> tuple[float, dict, dict]:
         s = dataclasses.replace(base, strategies=strategies, strategy=strategy)
         t = time.perf_counter()
-        stats = stages.run_stage("plan", s, DAY, spark)
+        stats = runner.run_stage("plan", s, DAY, spark)
         wall = time.perf_counter() - t
         costs = read_partition(spark, wh, contract("plan", "plan_cost"), DAY).collect()
         return wall, {r["strategy"]: r.asDict() for r in costs}, stats
@@ -151,7 +151,7 @@ def lower_bound(spark, settings) -> float:
     cost as it is and read no view."""
     from pyspark.sql import functions as F
 
-    rows = day_edges(spark, settings, DAY)[0]
+    rows = day_edges(spark, settings, DAY, Storage.at(settings.warehouse))[0]
     edges = rows.where("active").select("consumer_id", "producer_id", "theta", "phi").toPandas()
     idle = (
         rows.where("not active")

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from jobs.generate import PROFILES, Population, scaled, stochastic_round
 from jobs.selection import views
+from jobs.workloads.generate import PROFILES, Population, scaled, stochastic_round
 
 
 def problem(profile_name: str, scale: float, skew: float, seed: int, H: float, L: float):

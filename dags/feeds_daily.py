@@ -29,16 +29,12 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
-STAGES = ("ingest", "rates", "plan", "materialize", "validate", "publish")
-TASK_IDS = {
-    "ingest": "ingest_landing",
-    "rates": "estimate_rates",
-    "plan": "plan_views",
-    "materialize": "materialize_feeds",
-    "validate": "validate_tables",
-    "publish": "publish_day",
-}
-STRATEGY_CHOICES = [None, "auto", "push-all", "pull-all", "ff-per-pair", "ff-consumer"]
+# the stage order, the task ids and the strategies have one home each in the package (which
+# imports only the standard library here)
+from jobs.common.config import STRATEGIES
+from jobs.common.pipeline import STAGES, TASK_IDS
+
+STRATEGY_CHOICES = [None, "auto", *STRATEGIES]
 
 
 def _entry_point() -> str:
@@ -70,20 +66,20 @@ def _s3a_jars() -> str | None:
     ``FEEDPIPE_WAREHOUSE``; the variables, not a TOML file: the
     DAG reads no files when it is parsed). They must be on the driver's class path when its
     JVM starts, which is before the stage builds its session; the S3A settings themselves
-    are applied by the stage (jobs/s3a.py)."""
+    are applied by the stage (jobs/common/s3a.py)."""
     roots = [os.environ.get(f"FEEDPIPE_{name}", "") for name in ("LANDING", "WAREHOUSE")]
     if not any(r.startswith(("s3://", "s3a://")) for r in roots):
         return None
-    from jobs.s3a import jar_paths
+    from jobs.common.s3a import jar_paths
 
     return ",".join(jar_paths()) or None
 
 
 def _driver_conf() -> dict[str, str]:
     """The driver JVM runs the drivers' collector and maps the class-data archive ``make
-    install`` built, when there is one (jobs/cds.py); the driver runs on this worker, so the
+    install`` built, when there is one (jobs/common/cds.py); the driver runs on this worker, so the
     archive is this worker's."""
-    from jobs.cds import driver_java_options
+    from jobs.common.cds import driver_java_options
 
     return {"spark.driver.extraJavaOptions": driver_java_options()}
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobs.common.config import STRATEGIES, ConfigError, Settings, load_settings
+from jobs.common.pipeline import DESCRIPTIONS, STAGES, in_order
 
 log = logging.getLogger("feedpipe")
 
@@ -61,13 +62,10 @@ def _flag(value: str) -> bool:
 
 
 def _stages(value: str) -> tuple[str, ...]:
-    from jobs.stages import STAGES
-
-    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [v for v in chosen if v not in STAGES]
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(f"stages must be among {', '.join(STAGES)}")
-    return tuple(s for s in STAGES if s in chosen)  # always in pipeline order
+    try:  # always in pipeline order
+        return in_order(tuple(v.strip() for v in value.split(",") if v.strip()))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _settings_parent() -> argparse.ArgumentParser:
@@ -82,7 +80,7 @@ def _settings_parent() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs.generate import FORMATS, PROFILES
+    from jobs.workloads.generate import FORMATS, PROFILES
 
     common = _settings_parent()
     parser = argparse.ArgumentParser(
@@ -126,15 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--days", type=int, default=1, help="days of generated activity")
     imp.add_argument("--seed", type=int, default=7)
 
-    for stage, text in (
-        ("ingest", "landing files of one day -> clean tables + quarantine"),
-        ("rates", "producer and consumer rates over the trailing window"),
-        ("plan", "cost every strategy, serve one: edge plan, sources, views"),
-        ("materialize", "producer, view and consumer feeds as of the end of the day"),
-        ("validate", "Great Expectations suites over the day's tables"),
-        ("publish", "write the manifest and mark the day complete"),
-    ):
-        sp = sub.add_parser(stage, parents=[common], help=text)
+    for stage in STAGES:
+        sp = sub.add_parser(stage, parents=[common], help=DESCRIPTIONS[stage])
         sp.add_argument("--ds", required=True, type=_date, help="logical date (YYYY-MM-DD)")
         if stage == "materialize":
             sp.add_argument(
@@ -240,8 +231,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def _latest_or(ds: dt.date | None, settings: Settings) -> dt.date:
     if ds is not None:
         return ds
+    from jobs.common.ledger import latest
     from jobs.common.storage import Storage
-    from jobs.publish import latest
 
     found = latest(Storage.at(settings.warehouse))
     if found is None:
@@ -253,7 +244,7 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import replace
 
     from jobs.common.storage import Storage
-    from jobs.generate import PROFILES, generate, scaled
+    from jobs.workloads.generate import PROFILES, generate, scaled
 
     profile = replace(
         scaled(PROFILES[args.profile], args.scale),
@@ -280,7 +271,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from jobs.common.storage import Storage
-    from jobs.importers import import_higgs, import_snap_edges
+    from jobs.workloads.importers import import_higgs, import_snap_edges
 
     out = Storage.at(args.out)
     if args.name == "higgs":
@@ -294,7 +285,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.reader import FeedReader, feed_json, format_table
+    from jobs.serving.reader import FeedReader, feed_json, format_table
 
     if args.published:
         if not settings.publish_to:
@@ -329,7 +320,7 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.common.storage import Storage
-    from jobs.report import text_report, write_report
+    from jobs.serving.report import text_report, write_report
 
     ds = _latest_or(args.ds, settings)
     if not args.html:
@@ -346,8 +337,8 @@ def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
-    from jobs import experiments
     from jobs.common.spark import build_session
+    from jobs.evaluation import experiments
 
     if args.experiment != "all" and args.experiment not in experiments.EXPERIMENTS:
         known = ", ".join(experiments.EXPERIMENTS)
@@ -403,8 +394,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if verb == "report":
         return cmd_report(args, settings)
     if verb == "evaluate":
-        from jobs import replay
         from jobs.common.spark import build_session
+        from jobs.evaluation import replay
 
         if args.experiment:
             return cmd_experiment(args, settings)
@@ -419,20 +410,20 @@ def dispatch(args: argparse.Namespace) -> int:
         return 0
     if verb == "evaluate-rates":
         from jobs.common.spark import build_session
-        from jobs.evaluate_rates import evaluate, summary
+        from jobs.evaluation.rates import evaluate, summary
 
         spark = build_session(settings, "feedpipe-evaluate-rates")
         print(summary(evaluate(spark, settings, args.start, args.end)))
         return 0
-    from jobs import stages
+    from jobs.stages import runner
 
     result: Any
     if verb == "run":
-        result = stages.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
+        result = runner.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
     elif verb == "backfill":
-        result = stages.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
+        result = runner.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
     else:
-        result = stages.run_stage(
+        result = runner.run_stage(
             verb, settings, args.ds, full_refresh=getattr(args, "full_refresh", False)
         )
     print(json.dumps(result, indent=2, default=str))
@@ -440,13 +431,13 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def known_errors() -> tuple[type[BaseException], ...]:
+    from jobs.common.pointers import PublishFailed
     from jobs.common.storage import StorageError
     from jobs.common.tables import ContractError
-    from jobs.importers import SourceError
-    from jobs.publish import PublishRefused
-    from jobs.publish_s3 import PublishFailed
-    from jobs.reader import FeedError
-    from jobs.validate import ValidationFailed
+    from jobs.serving.reader import FeedError
+    from jobs.stages.publish import PublishRefused
+    from jobs.stages.validate import ValidationFailed
+    from jobs.workloads.importers import SourceError
 
     return (
         ConfigError,

@@ -42,12 +42,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobs.common.config import RATE_METHODS
 from jobs.common.exact import exact_sum
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-
-METHODS = ("eb_trend", "trailing_mean_prior", "trailing_mean")
 
 
 @dataclass(frozen=True)
@@ -238,7 +237,7 @@ def estimate(
         )
 
     if params.method != "eb_trend":
-        raise ValueError(f"unknown rate method {params.method!r}; known: {', '.join(METHODS)}")
+        raise ValueError(f"unknown rate method {params.method!r}; known: {', '.join(RATE_METHODS)}")
     exposure = 24.0 * win.w_sum
     noise = win.w2_sum / (24.0 * win.w_sum**2)
     r = F.col("s0") / F.lit(exposure)

@@ -6,7 +6,7 @@ authenticated Airflow user: the UI's session cookie or an API token (``POST /aut
 
 * ``/feedpipe/``: the days that have a plan, newest first, published or not;
 * ``/feedpipe/days/YYYY-MM-DD``: plan cost by strategy, the push/pull split, input accounting
-  and the data-quality outcome of that day (``jobs.report.html_report``).
+  and the data-quality outcome of that day (``jobs.serving.report.html_report``).
 
 The warehouse is the one the stages use (``FEEDPIPE_WAREHOUSE`` or ``FEEDPIPE_CONFIG`` in the
 API server's environment). Nothing is imported from feedpipe until a page is requested.
@@ -35,8 +35,8 @@ def _warehouse():  # type: ignore[no-untyped-def]
 def days() -> str:
     from html import escape
 
-    from jobs.publish import is_published
-    from jobs.report import report_days
+    from jobs.common.ledger import is_published
+    from jobs.serving.report import report_days
 
     wh = _warehouse()
     found = report_days(wh)
@@ -54,7 +54,7 @@ def days() -> str:
 
 @app.get("/days/{ds}", response_class=HTMLResponse)
 def day(ds: str) -> str:
-    from jobs.report import html_report
+    from jobs.serving.report import html_report
 
     try:
         date = dt.date.fromisoformat(ds)

@@ -19,7 +19,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 def spark() -> Iterator:
     from pyspark.sql import SparkSession
 
-    from jobs.cds import driver_java_options
+    from jobs.common.cds import driver_java_options
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -8,8 +8,8 @@ from pathlib import Path
 import naive
 import pyarrow.dataset as pads
 
-from jobs.publish import OUTPUTS
-from jobs.reader import FeedReader
+from jobs.common.tables import PUBLISHED_TABLES
+from jobs.serving.reader import FeedReader
 
 
 def rows(warehouse: str, layer: str, table: str, day: dt.date) -> list[tuple]:
@@ -24,7 +24,7 @@ def assert_same_day(got: str, local: str, landing: Path, day: dt.date, k: int, w
     materialized, the feeds are the naive answer and the day is published."""
     differing = [
         f"{layer}/{table}"
-        for layer, table in OUTPUTS
+        for layer, table in PUBLISHED_TABLES
         if rows(got, layer, table, day) != rows(local, layer, table, day)
     ]
     assert not differing, f"tables differ between {where} and the local run: {differing}"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, generate, scaled
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 ROOT = Path(__file__).resolve().parents[1]
 

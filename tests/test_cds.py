@@ -1,4 +1,4 @@
-"""The class-data sharing archive ``make install`` builds (jobs/cds.py): drivers started by
+"""The class-data sharing archive ``make install`` builds (jobs/common/cds.py): drivers started by
 spark-submit, by the DAG and by an in-process session map it, and it really serves classes;
 and the drivers' collector, which the archive is made under."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyspark
 
-from jobs.cds import archive_path, current_archive, driver_java_options
+from jobs.common.cds import archive_path, current_archive, driver_java_options
 from jobs.common.config import Settings
 from jobs.common.spark import spark_defaults
 
@@ -63,7 +63,7 @@ def submit(tmp_path: Path, java_options: str, name: str) -> tuple[dict[str, int]
 
 def test_install_built_an_archive_for_this_spark_and_jvm():
     archive = current_archive()
-    assert archive is not None, "make install (python -m jobs.cds) builds the archive"
+    assert archive is not None, "make install (python -m jobs.common.cds) builds the archive"
     assert archive == archive_path()  # named after this pyspark and this JVM's build
     assert pyspark.__version__ in archive.name and archive.stat().st_size > 10_000_000
     assert driver_java_options() == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"

@@ -22,10 +22,10 @@ import pytest
 from conftest import free_port
 from same_day import assert_same_day
 
-from jobs import stages
 from jobs.common.config import Settings
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, generate, scaled
+from jobs.stages import runner
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 DAY = dt.date(2026, 1, 1)
 K = 5
@@ -140,6 +140,6 @@ def test_a_day_on_a_standalone_cluster_equals_the_local_run(spark, cluster, tmp_
         assert list(work.glob(f"{apps[0]['id']}/*/stderr")), f"no executor ran on {work.name}"
 
     local = str(tmp_path / "wh_local")
-    stages.run_day(Settings(**common, warehouse=local), DAY, spark)
+    runner.run_day(Settings(**common, warehouse=local), DAY, spark)
 
     assert_same_day(on_cluster, local, landing, DAY, K, "the cluster")

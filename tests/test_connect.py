@@ -23,11 +23,11 @@ import pytest
 from conftest import free_port
 from same_day import assert_same_day
 
-from jobs import stages
 from jobs.common.config import ConfigError, Settings
 from jobs.common.spark import connect_server_command, local_cores
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, generate, scaled
+from jobs.stages import runner
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 DAY = dt.date(2026, 1, 1)
 K = 5
@@ -92,7 +92,7 @@ def test_a_day_on_a_connect_server_equals_the_local_run(spark, server, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
 
     local = str(tmp_path / "wh_local")
-    stages.run_day(Settings(**common, warehouse=local), DAY, spark)
+    runner.run_day(Settings(**common, warehouse=local), DAY, spark)
 
     assert_same_day(remote, local, landing, DAY, K, "the Connect server")
 

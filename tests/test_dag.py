@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, generate, scaled
-from jobs.local_airflow import REPO, airflow, airflow_env, dags_test, migrate
+from jobs.dev.local_airflow import REPO, airflow, airflow_env, dags_test, migrate
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 
 def load_dag():
@@ -53,7 +53,7 @@ def test_dag_structure():
 
 
 def test_spark_submit_takes_the_workers_address_and_s3a_jars_from_its_environment(monkeypatch):
-    from jobs.s3a import jar_paths
+    from jobs.common.s3a import jar_paths
 
     for name in ("SPARK_LOCAL_IP", "FEEDPIPE_LANDING", "FEEDPIPE_WAREHOUSE"):
         monkeypatch.delenv(name, raising=False)
@@ -69,7 +69,7 @@ def test_spark_submit_takes_the_workers_address_and_s3a_jars_from_its_environmen
 
 
 def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
-    from jobs.cds import current_archive
+    from jobs.common.cds import current_archive
 
     monkeypatch.delenv("FEEDPIPE_CDS", raising=False)
     archive = current_archive()
@@ -139,8 +139,8 @@ def test_a_rest_api_backfill_publishes_two_days_in_order_and_the_plugin_shows_th
 
     import naive
 
-    from jobs.local_airflow import LocalAirflow
-    from jobs.reader import FeedReader
+    from jobs.dev.local_airflow import LocalAirflow
+    from jobs.serving.reader import FeedReader
 
     # two days, both allowed to run at once: the second must still wait for the first
     start, days, k = dt.date(2026, 1, 1), 2, 20

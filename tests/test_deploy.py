@@ -511,8 +511,8 @@ def check_versions(dockerfile: Dockerfile, pins: Mapping[str, str]) -> Problems:
         problems.append("the Dockerfile does not install exactly requirements.lock (pip sync)")
     if not any("${AIRFLOW_VERSION}" in r and "${SPARK_VERSION}" in r for r in dockerfile.runs):
         problems.append("the Dockerfile does not check the installed Airflow and Spark versions")
-    if not any("jobs.s3a" in run for run in dockerfile.runs):
-        problems.append("the Dockerfile does not fetch the S3A jars (python -m jobs.s3a)")
+    if not any("jobs.common.s3a" in run for run in dockerfile.runs):
+        problems.append("the Dockerfile does not fetch the S3A jars (python -m jobs.common.s3a)")
     return problems
 
 

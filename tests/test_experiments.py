@@ -10,9 +10,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from jobs import experiments
-from jobs.experiments import FLASH_FACTOR, FLASH_FAN_OUT, H, L, Workload
-from jobs.generate import PROFILES, scaled
+from jobs.evaluation import experiments
+from jobs.evaluation.experiments import FLASH_FACTOR, FLASH_FAN_OUT, H, L, Workload
+from jobs.workloads.generate import PROFILES, scaled
 
 SCALE = 0.005
 

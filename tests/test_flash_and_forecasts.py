@@ -8,12 +8,12 @@ import datetime as dt
 
 import pytest
 
-from jobs import stages
 from jobs.common.config import Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
-from jobs.evaluate_rates import evaluate
-from jobs.generate import PROFILES, flash_producer_ids, generate, scaled
+from jobs.evaluation.rates import evaluate
+from jobs.stages import runner
+from jobs.workloads.generate import PROFILES, flash_producer_ids, generate, scaled
 
 START = dt.date(2026, 2, 1)
 
@@ -33,7 +33,7 @@ def flash_run(spark, tmp_path_factory):
     )
     for i in range(3):
         for stage in ("ingest", "rates", "plan"):
-            stages.run_stage(stage, s, START + dt.timedelta(days=i), spark)
+            runner.run_stage(stage, s, START + dt.timedelta(days=i), spark)
     return s, flash_producer_ids(profile, 5)
 
 
@@ -85,7 +85,7 @@ def test_eb_trend_beats_the_trailing_mean_under_trends(spark, tmp_path):
         landing=str(tmp_path / "landing"), warehouse=str(tmp_path / "wh"), shuffle_partitions=4
     )
     for i in range(6):
-        stages.run_stage("ingest", s, START + dt.timedelta(days=i), spark)
+        runner.run_stage("ingest", s, START + dt.timedelta(days=i), spark)
     results = evaluate(
         spark,
         s,

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, Population, generate, scaled, zipf_values
+from jobs.workloads.generate import PROFILES, Population, generate, scaled, zipf_values
 
 D = dt.date(2026, 1, 1)
 

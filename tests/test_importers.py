@@ -10,7 +10,7 @@ import pytest
 from conftest import SHARED
 
 from jobs.common.storage import Storage
-from jobs.importers import SourceError, import_higgs, import_snap_edges
+from jobs.workloads.importers import SourceError, import_higgs, import_snap_edges
 
 D = dt.date(2026, 1, 1)
 
@@ -119,9 +119,9 @@ def test_higgs_week_through_the_pipeline(spark, tmp_path):
 
     import naive
 
-    from jobs import stages
     from jobs.common.config import Settings
-    from jobs.reader import FeedReader
+    from jobs.serving.reader import FeedReader
+    from jobs.stages import runner
 
     landing = tmp_path / "landing"
     result = import_higgs(SHARED / "data" / "higgs-twitter", Storage.at(str(landing)))
@@ -141,7 +141,7 @@ def test_higgs_week_through_the_pipeline(spark, tmp_path):
     sample = set(random.Random(7).sample(consumers, 300))
     for ds in days:
         for stage in ("ingest", "rates", "plan", "materialize"):
-            stages.run_stage(stage, s, ds, spark)
+            runner.run_stage(stage, s, ds, spark)
         expected = naive.feeds(landing, ds, days[0], 10, sample)
         got = FeedReader(s.warehouse, ds).feeds(sorted(expected), 10)
         wrong = [c for c in expected if [it.event_id for it in got[c]] != expected[c]]

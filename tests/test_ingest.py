@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import ingest
 from jobs.common.storage import Storage
 from jobs.common.tables import ContractError, contract, read_partition
+from jobs.stages import ingest
 
 D1, D2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
 ODD = 'o"neil, jr.'  # a quote and a comma inside an id
@@ -110,7 +110,7 @@ def counts(stats, table):
 
 
 def test_day_one_every_row_accounted_for(spark, day1):
-    stats = ingest.run(spark, day1, D1)
+    stats = ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
     wh = Storage.at(day1.warehouse)
     # follows: 6 rows = 3 clean + 1 repeated edge + self-follow + null key
     assert counts(stats, "follows") == (6, 3, 1, 2)
@@ -156,7 +156,7 @@ def test_day_one_every_row_accounted_for(spark, day1):
 
 
 def test_change_log_applies_to_the_previous_graph(spark, day1):
-    ingest.run(spark, day1, D1)
+    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
     put(
         Path(day1.landing),
         "follows",
@@ -211,7 +211,7 @@ def test_change_log_applies_to_the_previous_graph(spark, day1):
             ]
         ),
     )
-    stats = ingest.run(spark, day1, D2)
+    stats = ingest.run(spark, day1, D2, Storage.at(day1.warehouse))
     # 8 rows: 4 winning changes, 2 superseded (repeated follow; follow then unfollow),
     # 2 quarantined (unknown op, change without timestamp)
     assert counts(stats, "follows") == (8, 4, 2, 2)
@@ -229,10 +229,10 @@ def test_change_log_applies_to_the_previous_graph(spark, day1):
 
 
 def test_rerun_gives_the_same_rows(spark, day1):
-    ingest.run(spark, day1, D1)
+    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
     wh = Storage.at(day1.warehouse)
     first = sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect())
-    ingest.run(spark, day1, D1)
+    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
     assert sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect()) == first
     assert len(list((Path(day1.warehouse) / "clean" / "events").iterdir())) == 1  # one partition
 
@@ -253,19 +253,19 @@ def test_bad_files_fail_with_the_file_and_the_problem(spark, make_settings, name
     folder.mkdir(parents=True)
     (folder / name).write_bytes(b"\x1f\x8b\x08garbage" if content is None else content.encode())
     with pytest.raises(ContractError, match=message) as err:
-        ingest.run(spark, s, D1)
+        ingest.run(spark, s, D1, Storage.at(s.warehouse))
     assert name in str(err.value)
 
 
 def test_a_resent_late_event_is_a_duplicate_across_days(spark, day1):
-    ingest.run(spark, day1, D1)
+    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
     resent = [
         {"event_id": "e1", "producer_id": ODD, "created_at": "2026-03-01T08:00:00Z"},  # seen on D1
         {"event_id": "e9", "producer_id": ODD, "created_at": "2026-03-01T09:00:00Z"},  # new, late
         {"event_id": "e10", "producer_id": ODD, "created_at": "2026-03-02T09:00:00Z"},
     ]
     put(Path(day1.landing), "events", D2, "e.jsonl", "".join(json.dumps(e) + "\n" for e in resent))
-    stats = ingest.run(spark, day1, D2)
+    stats = ingest.run(spark, day1, D2, Storage.at(day1.warehouse))
     assert counts(stats, "events") == (3, 2, 1, 0)
     wh = Storage.at(day1.warehouse)
     q = read_partition(spark, wh, contract("quarantine", "rows"), D2, table="events").collect()
@@ -283,7 +283,7 @@ def test_too_many_bad_rows_hold_the_table_back(spark, make_settings):
     with pytest.raises(
         ingest.IngestRejected, match=r"views: 2 of 3 rows \(66.7%\).*bad_timestamp 2"
     ):
-        ingest.run(spark, s, D1)
+        ingest.run(spark, s, D1, Storage.at(s.warehouse))
     wh = Storage.at(s.warehouse)
     assert read_partition(spark, wh, contract("quarantine", "rows"), D1, table="views").count() == 2
     assert not wh.is_dir("clean", "views", f"ds={D1}")
@@ -386,10 +386,10 @@ def test_hostile_inputs(spark, make_settings, name, table, fname, content, expec
         put(Path(s.landing), table, D1, fname, content)
     if isinstance(expected, str):
         with pytest.raises(ContractError, match=expected) as err:
-            ingest.run(spark, s, D1)
+            ingest.run(spark, s, D1, Storage.at(s.warehouse))
         assert fname in str(err.value)
         return
-    stats = ingest.run(spark, s, D1)["tables"][table]
+    stats = ingest.run(spark, s, D1, Storage.at(s.warehouse))["tables"][table]
     clean, reasons = expected
     assert (stats["clean"], stats["quarantine_reasons"]) == (clean, reasons)
     assert stats["rows_in"] == stats["clean"] + stats["duplicates"] + stats["quarantined"]

@@ -41,7 +41,8 @@ def edges(spark, inactive=()):
 def plan(spark, metric, bound, quantile, per_consumer, inactive=()):
     base = latency.pull_inactive(feeding_frenzy.ff_per_pair(edges(spark, inactive), H / L))
     name = "ff-latency-consumer" if per_consumer else "ff-latency-pair"
-    out = latency.latency_constrained(base, name, H, L, metric, bound, quantile, per_consumer)
+    target = cost.LatencyTarget(metric, bound, quantile)
+    out = latency.latency_constrained(base, name, cost.CostModel(H, L), target, per_consumer)
     return out
 
 
@@ -55,7 +56,7 @@ def price(spark, df, metric, bound, quantile):
     )
     strategy = df.first().strategy
     target = cost.LatencyTarget(metric, bound, quantile)
-    return cost.plan_costs(df, members, H, L, [strategy], target).first().asDict()
+    return cost.plan_costs(df, members, cost.CostModel(H, L), [strategy], target).first().asDict()
 
 
 @pytest.mark.parametrize("per_consumer", [False, True])

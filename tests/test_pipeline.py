@@ -20,12 +20,12 @@ import naive
 import pandas as pd
 import pytest
 
-from jobs import stages
 from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
-from jobs.generate import PROFILES, generate, scaled
-from jobs.reader import FeedReader
+from jobs.serving.reader import FeedReader
+from jobs.stages import runner
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 START = dt.date(2026, 1, 1)
 DAYS = 5
@@ -38,7 +38,7 @@ BUILD = ("ingest", "rates", "plan", "materialize")
 
 def run_build(spark, settings: Settings, ds: dt.date, full_refresh: bool = False) -> None:
     for stage in BUILD:
-        stages.run_stage(stage, settings, ds, spark, full_refresh)
+        runner.run_stage(stage, settings, ds, spark, full_refresh)
 
 
 def add_fast_producer(landing: Path, consumers: list[str]) -> None:
@@ -201,8 +201,8 @@ def test_assembled_feed_equals_the_naive_answer(spark, workload, incremental, st
     s = Settings(**{**incremental.as_dict(), "strategy": strategy, "coherency": coherency})
     # replan the last day with this strategy; materialize from the previous day's
     # FF-PerPair state, so edges move between push and pull
-    stages.run_stage("plan", s, ds, spark)
-    stages.run_stage("materialize", s, ds, spark)
+    runner.run_stage("plan", s, ds, spark)
+    runner.run_stage("materialize", s, ds, spark)
     if coherency == "global":
         expected = naive.feeds(workload, ds, START, K)
     else:
@@ -250,8 +250,8 @@ def test_assembled_feed_equals_the_naive_answer(spark, workload, incremental, st
 def test_per_producer_feeds_are_diverse_gapless_and_ordered(spark, workload, incremental):
     ds = START + dt.timedelta(days=DAYS - 1)
     s = Settings(**{**incremental.as_dict(), "coherency": "per_producer"})
-    stages.run_stage("plan", s, ds, spark)
-    stages.run_stage("materialize", s, ds, spark)
+    runner.run_stage("plan", s, ds, spark)
+    runner.run_stage("materialize", s, ds, spark)
     ev = naive.events(workload, ds, START).set_index("event_id")
     by_producer = {
         p: list(g.sort_values(["created_at", "event_id"], ascending=False).index)
@@ -329,10 +329,10 @@ def test_validate_publish_and_report_a_good_day(spark, built_copy, tmp_path):
     import json
 
     ds = START + dt.timedelta(days=DAYS - 1)
-    stages.run_stage("plan", built_copy, ds, spark)  # serve auto: the cost gate applies
-    stages.run_stage("materialize", built_copy, ds, spark)
-    stages.run_stage("validate", built_copy, ds, spark)
-    stages.run_stage("publish", built_copy, ds, spark)
+    runner.run_stage("plan", built_copy, ds, spark)  # serve auto: the cost gate applies
+    runner.run_stage("materialize", built_copy, ds, spark)
+    runner.run_stage("validate", built_copy, ds, spark)
+    runner.run_stage("publish", built_copy, ds, spark)
     wh = Path(built_copy.warehouse)
     manifest = json.loads((wh / "manifests" / f"ds={ds}" / "manifest.json").read_text())
     assert (wh / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
@@ -437,8 +437,8 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_cop
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.publish import PublishRefused
-    from jobs.validate import ValidationFailed
+    from jobs.stages.publish import PublishRefused
+    from jobs.stages.validate import ValidationFailed
 
     ds = START + dt.timedelta(days=DAYS - 1)
     folder = Path(built_copy.warehouse) / "feeds" / "consumer_feed" / f"ds={ds}"
@@ -451,7 +451,7 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_cop
     pq.write_table(table.set_column(i, "rank", swapped_column), files[0])
     (folder / f".{files[0].name}.crc").unlink()  # else Hadoop refuses the file's new bytes
     with pytest.raises(ValidationFailed, match=r"feeds\.consumer_feed.*order_ok"):
-        stages.run_stage("validate", built_copy, ds, spark)
+        runner.run_stage("validate", built_copy, ds, spark)
     results = json.loads(
         (Path(built_copy.warehouse) / "quality" / f"ds={ds}" / "results.json").read_text()
     )
@@ -460,7 +460,7 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_cop
     # the failed suite ran again with samples: rank 2 is now newer than rank 1
     assert (failed["unexpected_count"], failed["sample"]) == (1, [False]), failed
     with pytest.raises(PublishRefused, match="failed validation"):
-        stages.run_stage("publish", built_copy, ds, spark)
+        runner.run_stage("publish", built_copy, ds, spark)
     assert not (Path(built_copy.warehouse) / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
     # the day's report says what failed
     import browser
@@ -480,7 +480,7 @@ def test_row_accounting_counts_what_was_written(spark, built_copy):
     import pyarrow.dataset as pads
 
     from jobs.common.storage import Storage
-    from jobs.validate import accounting_check
+    from jobs.stages.validate import accounting_check
 
     ds = START + dt.timedelta(days=DAYS - 1)
     wh = Path(built_copy.warehouse)
@@ -572,8 +572,10 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
 
     import boto3
 
-    from jobs import publish
-    from jobs.publish_s3 import PublishFailed, listing, resolve
+    from jobs.common.pointers import PublishFailed, resolve
+    from jobs.common.tables import PUBLISHED_TABLES
+    from jobs.stages import publish
+    from jobs.stages.publish_s3 import listing
 
     for key, value in s3_server.items():
         monkeypatch.setenv(key, value)
@@ -585,7 +587,7 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
     s3.create_bucket(Bucket="pub")
     d1, d2 = START + dt.timedelta(days=2), START + dt.timedelta(days=3)
     for ds in (d1, d2):
-        stages.run_stage("validate", s, ds, spark)
+        runner.run_stage("validate", s, ds, spark)
 
     def objects(prefix: str) -> dict[str, int]:
         return listing(s3, "pub", prefix)
@@ -605,14 +607,14 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
         expected[d] = {c: expected[d].get(c, []) for c in consumers}
 
     # day 1: every warehouse file of the day's tables is in the snapshot, byte for byte
-    out = publish.run(s, d1)
+    out = publish.run(s, d1, Storage.at(s.warehouse))
     root, day = resolve(s.publish_to, None, s3)
     assert day == d1 and root == out["published"]["root"]
     snap_key = root[len("s3://pub/") :]
     wh = Path(s.warehouse)
     local = {
         str(p.relative_to(wh)): p
-        for layer, table in publish.OUTPUTS
+        for layer, table in PUBLISHED_TABLES
         for p in (wh / layer / table / f"ds={d1}").rglob("*.parquet")
     }
     assert local and any(p.stat().st_size > 2 * part for p in local.values())
@@ -646,7 +648,7 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
     for op in ("PutObject", "UploadPart"):
         faulty.meta.events.register(f"before-call.s3.{op}", fail_after_five)
     with pytest.raises(PublishFailed, match="injected"):
-        publish.run(s, d2, s3=faulty)
+        publish.run(s, d2, Storage.at(s.warehouse), s3=faulty)
     assert resolve(s.publish_to, None, s3) == (root, d1)
     with pytest.raises(PublishFailed, match=str(d2)):
         resolve(s.publish_to, d2, s3)
@@ -656,7 +658,7 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
     assert published_feeds(None) == expected[d1]
 
     # the retry publishes day 2 and removes the failed attempt
-    out2 = publish.run(s, d2)
+    out2 = publish.run(s, d2, Storage.at(s.warehouse))
     root2, day = resolve(s.publish_to, None, s3)
     assert day == d2 and root2 == out2["published"]["root"] != root
     assert snapshots(d2) == {root2.rsplit("/", 1)[1]}
@@ -666,11 +668,11 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
 
     # re-publishing day 1 (a backfill): latest stays on day 2; the day keeps the snapshot
     # readers were sent to until now, and the one before that goes
-    publish.run(s, d1)
+    publish.run(s, d1, Storage.at(s.warehouse))
     root1b, _ = resolve(s.publish_to, d1, s3)
     assert resolve(s.publish_to, None, s3) == (root2, d2)
     assert snapshots(d1) == {root.rsplit("/", 1)[1], root1b.rsplit("/", 1)[1]}
-    publish.run(s, d1)
+    publish.run(s, d1, Storage.at(s.warehouse))
     root1c, _ = resolve(s.publish_to, d1, s3)
     assert snapshots(d1) == {root1b.rsplit("/", 1)[1], root1c.rsplit("/", 1)[1]}
     assert published_feeds(d1) == expected[d1]
@@ -691,7 +693,7 @@ def test_replay_counts_what_each_plan_would_have_cost_the_next_day(spark, increm
     """``feedpipe evaluate`` against counts made here from the Parquet tables alone: PushAll
     and PullAll from the follow graph and consumer activity, the served FF-PerPair plan from
     its edge plan; the predictions are the plan stage's own costs per hour times 24."""
-    from jobs import replay
+    from jobs.evaluation import replay
 
     s = incremental
     d = START + dt.timedelta(days=DAYS - 2)

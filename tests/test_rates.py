@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jobs.estimators import RateParams, estimate
-from jobs.rates import flag_flash, previous_forecast, window_days
+from jobs.stages.rates import flag_flash, previous_forecast, window_days
 
 D = dt.date
 
@@ -185,7 +185,7 @@ def test_window_counts_read_ingests_counts_and_count_older_days_from_clean_rows(
 ):
     from jobs.common.storage import Storage
     from jobs.common.tables import contract, write_partition
-    from jobs.rates import window_counts
+    from jobs.stages.rates import window_counts
 
     wh = Storage.at(make_settings().warehouse)
     ds = D(2026, 5, 3)

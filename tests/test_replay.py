@@ -1,10 +1,11 @@
-"""The replay's counts (``jobs.replay.realized``) on a plan worked by hand."""
+"""The replay's counts (``jobs.evaluation.replay.realized``) on a plan worked by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs import replay
+from jobs.evaluation import replay
+from jobs.selection.cost import CostModel
 
 COLUMNS = (
     "strategy string, consumer_id string, producer_id string, mode string, source_id string, "
@@ -40,7 +41,7 @@ def test_pushes_reads_and_latency_of_a_plan_with_a_shared_view(spark):
     views = spark.createDataFrame(
         [(c,) for c, n in looks.items() for _ in range(n)], "consumer_id string"
     )
-    (row,) = replay.realized(stacked, members, events, views, 3.0, 1.0).collect()
+    (row,) = replay.realized(stacked, members, events, views, CostModel(3.0, 1.0)).collect()
     r = row.asDict()
 
     # pushes: p1's 2 events into c1's feed, p2's 1 and p3's 3 into v1 (once, whoever reads it)

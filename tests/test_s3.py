@@ -14,10 +14,10 @@ import boto3
 import naive
 import pytest
 
+from jobs.common.s3a import jar_paths
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, generate, scaled
-from jobs.reader import FeedReader
-from jobs.s3a import jar_paths
+from jobs.serving.reader import FeedReader
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 START = dt.date(2026, 1, 1)
 DAYS = 2

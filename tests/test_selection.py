@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.plan import consumer_sources
 from jobs.selection import cost, feeding_frenzy
+from jobs.stages.plan import consumer_sources
 
 H, L = 3.0, 1.0
 PHI = {"p1": 1.0, "p2": 4.0, "p3": 0.5}
@@ -94,7 +94,8 @@ def _costs(spark, edges):
     )
     names = ["push-all", "pull-all", "ff-per-pair", "ff-consumer"]
     return {
-        r.strategy: r.asDict() for r in cost.plan_costs(stacked, members, H, L, names).collect()
+        r.strategy: r.asDict()
+        for r in cost.plan_costs(stacked, members, cost.CostModel(H, L), names).collect()
     }
 
 
@@ -302,7 +303,7 @@ def test_plans_with_a_current_plan_are_kept_partitioned_by_consumer(spark):
 
     from jobs.common.config import Settings
     from jobs.common.spark import scoped_conf
-    from jobs.plan import PLAN_CONF, plans_of
+    from jobs.stages.plan import PLAN_CONF, plans_of
 
     consumers = [f"c{i:02d}" for i in range(12)]
     producers = ["p0", "p1", "p2"]

@@ -26,6 +26,7 @@ import random
 import pytest
 
 from jobs.selection import views
+from jobs.selection.cost import CostModel
 
 H, L = 3.0, 1.0
 PHI = {"f1": 2.0, "f2": 3.0, "f3": 3.0, "f4": 1.0}
@@ -381,7 +382,9 @@ def test_spark_selection_matches_the_sequential_plan(spark, part_users, user_vie
     for r in ff.where(F.col("mode") == "push").collect():
         ff_push[r.consumer_id] = ff_push[r.consumer_id] | {r.producer_id}
     for name, (full, _) in views.ALGORITHMS.items():
-        assigned, rows = shared.select_views(e, ff, name, H, L, part_users, user_views)
+        assigned, rows = shared.select_views(
+            e, ff, name, shared.ViewParams(CostModel(H, L), part_users, user_views)
+        )
         got = sorted(tuple(r) for r in assigned.collect())
         members: dict[str, set[str]] = {}
         for r in rows.where(F.col("kind") == "m").collect():

@@ -43,6 +43,13 @@ shared views, whose latest k events over several producers cannot supply each pr
 latest k_p."""
 
 
+RATE_METHODS: tuple[str, ...] = ("eb_trend", "trailing_mean_prior", "trailing_mean")
+"""The rate estimators (``jobs.estimators``); ``feedpipe evaluate-rates`` scores them all."""
+
+SERVED_RATE_METHODS: tuple[str, ...] = RATE_METHODS[:2]
+"""Estimators the ``rates`` stage may use (``rate_method``); ``trailing_mean`` is the
+evaluation's baseline only (it can forecast a rate of 0)."""
+
 COHERENCY_MODES = ("global", "per_producer")
 LATENCY_METRICS = ("sources", "pulls")
 
@@ -121,7 +128,7 @@ class Settings:
     publish_to: str = ""
     """``s3://bucket/prefix``: ``publish`` also copies the complete day there with boto3 (or, when
     the warehouse is on S3, marks it) and moves the target's ``latest`` pointer
-    (jobs/publish_s3.py). Empty: the day is marked in the warehouse only."""
+    (jobs/stages/publish_s3.py). Empty: the day is marked in the warehouse only."""
     publish_part_mb: float = 64.0
     """Files larger than this go to ``publish_to`` as multipart uploads of parts this large (AWS
     S3 wants at least 5 MiB)."""
@@ -141,10 +148,8 @@ class Settings:
             raise ConfigError("prior_hours must be >= 0 and rate_floor > 0")
         if not 0 <= self.max_quarantine_share <= 1:
             raise ConfigError("max_quarantine_share must be between 0 and 1")
-        from jobs.estimators import METHODS
-
-        if self.rate_method not in METHODS[:2]:
-            raise ConfigError(f"rate_method must be one of {', '.join(METHODS[:2])}")
+        if self.rate_method not in SERVED_RATE_METHODS:
+            raise ConfigError(f"rate_method must be one of {', '.join(SERVED_RATE_METHODS)}")
         if self.rate_half_life_days <= 0 or not 0 <= self.rate_trend_damping <= 1:
             raise ConfigError("rate_half_life_days must be > 0 and rate_trend_damping in [0, 1]")
         if self.flash_factor <= 1 or self.flash_min_events < 0 or self.mode_change_margin < 0:

@@ -35,13 +35,13 @@ def spark_defaults(settings: Settings) -> dict[str, str]:
         "spark.log.level": "WARN",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
-    from jobs.cds import driver_java_options
+    from jobs.common.cds import driver_java_options
 
     # the collector and the class archive; takes effect where this process starts the JVM
     conf["spark.driver.extraJavaOptions"] = driver_java_options()
 
     if any(root.startswith(("s3://", "s3a://")) for root in (settings.landing, settings.warehouse)):
-        from jobs.s3a import s3a_conf
+        from jobs.common.s3a import s3a_conf
 
         conf.update(s3a_conf())
     conf.update(settings.spark_conf)
@@ -141,7 +141,7 @@ def connect_server_command(
     """``spark-submit`` of a Spark Connect server with the settings every stage relies on
     (:func:`spark_defaults`), on ``settings.spark_master``, listening on ``host:port``.
 
-    The driver is ``jobs/connect_service.py``, which holds a session open; the service is
+    The driver is ``jobs/common/connect_service.py``, which holds a session open; the service is
     Spark's Connect plugin, with :data:`CONNECT_SERVER_CONF`: the client sessions share
     the classes Spark generates for their queries, so a stage run reuses the code earlier
     runs compiled and the JVM warmed up."""

@@ -12,9 +12,13 @@ import datetime as dt
 import os
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from pyarrow import fs as pafs
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
 
 STAGING = "_staging"
 TRASH = "_trash"
@@ -24,14 +28,24 @@ class StorageError(RuntimeError):
     """A storage location cannot be used (missing, wrong scheme, unreadable)."""
 
 
+def s3_endpoint() -> str | None:
+    """The S3 endpoint every client uses: ``FEEDPIPE_S3_ENDPOINT``, else ``AWS_ENDPOINT_URL``;
+    None for AWS itself."""
+    return os.environ.get("FEEDPIPE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_region() -> str | None:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def _s3_filesystem() -> pafs.FileSystem:
-    endpoint = os.environ.get("FEEDPIPE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint()
     kwargs: dict[str, object] = {}
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         kwargs["endpoint_override"] = parsed.netloc
         kwargs["scheme"] = parsed.scheme or "http"
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    region = s3_region()
     if region:
         kwargs["region"] = region
     if os.environ.get("AWS_ACCESS_KEY_ID"):
@@ -116,6 +130,15 @@ class Storage:
                 except ValueError:
                     continue
         return sorted(out)
+
+    def dataset(self, *parts: str) -> pads.Dataset:
+        """The Parquet files below a folder as one pyarrow dataset (``_``/``.`` names skipped,
+        as Spark skips them): for readers that do not start Spark."""
+        import pyarrow.dataset as pads
+
+        return pads.dataset(
+            self.path(*parts), filesystem=self.fs, format="parquet", ignore_prefixes=["_", "."]
+        )
 
     # -- text files ---------------------------------------------------------------
     def read_text(self, *parts: str) -> str:

@@ -24,6 +24,35 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
+LANDING_TABLES: tuple[str, ...] = ("follows", "events", "views")
+"""The landing tables ``ingest`` reads, each into ``clean/<table>`` and ``quarantine/<table>``."""
+
+DAILY_COUNTS: dict[str, tuple[str, str]] = {
+    "events": ("event_counts", "producer_id"),
+    "views": ("view_counts", "consumer_id"),
+}
+"""Per landing table, the per-day count table ``ingest`` writes beside its clean rows and the
+id it counts by: ``rates`` reads these instead of rescanning its window (docs/rates.md)."""
+
+PUBLISHED_TABLES: tuple[tuple[str, str], ...] = (
+    ("clean", "follows"),
+    ("clean", "events"),
+    ("clean", "views"),
+    ("rates", "producer_rates"),
+    ("rates", "consumer_rates"),
+    ("plan", "edge_plan"),
+    ("plan", "views"),
+    ("plan", "view_members"),
+    ("plan", "consumer_sources"),
+    ("plan", "plan_cost"),
+    ("feeds", "producer_feed"),
+    ("feeds", "view_feed"),
+    ("feeds", "consumer_feed"),
+)
+"""(layer, table) of every table a published day holds: ``publish`` refuses a day missing
+one, counts them in the manifest and copies them to ``publish_to``."""
+
+
 class ContractError(ValueError):
     """A frame or file does not match its table contract."""
 

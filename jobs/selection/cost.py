@@ -122,6 +122,21 @@ def weighted_percentiles(hist: DataFrame, qs: Sequence[float], *aggs: Column) ->
 
 
 @dataclass(frozen=True)
+class CostModel:
+    """The prices of the cost model (DESIGN.md; Chen & Zhou Eq. 3-5): ``push`` (H) is the cost
+    of writing one event into one materialized view, ``pull`` (L) of reading one source at
+    view time."""
+
+    push: float = 3.0
+    pull: float = 1.0
+
+    @property
+    def threshold(self) -> float:
+        """H/L, the push threshold of Feeding Frenzy's Lemmas 1 and 2."""
+        return self.push / self.pull
+
+
+@dataclass(frozen=True)
 class LatencyTarget:
     """A share ``quantile`` of feed views reads at most ``bound`` ``metric`` (sources or
     pulls); see ``jobs.selection.latency``."""
@@ -134,8 +149,7 @@ class LatencyTarget:
 def plan_costs(
     assignments: DataFrame,
     view_members: DataFrame,
-    push_cost: float,
-    pull_cost: float,
+    model: CostModel,
     strategies: Sequence[str],
     target: LatencyTarget | None = None,
 ) -> DataFrame:
@@ -148,7 +162,7 @@ def plan_costs(
     target = target or LatencyTarget()
     from pyspark.sql import functions as F
 
-    H, L = float(push_cost), float(pull_cost)
+    H, L = float(model.push), float(model.pull)
     per_c = sources_per_consumer(assignments, any(s in SHARED_VIEW_STRATEGIES for s in strategies))
     latency_now = F.col("n_pull") if target.metric == "pulls" else F.col("n_sources")
     ev = F.when(F.col("n_sources") > 1, F.col("theta") * F.lit(L) * F.col("n_sources")).otherwise(

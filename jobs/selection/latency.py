@@ -38,6 +38,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from jobs.selection.cost import CostModel, LatencyTarget
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -150,19 +152,18 @@ def _shifted(frame: DataFrame, columns: list[str], strategy: str, push: Column) 
 def latency_constrained(
     base: DataFrame,
     strategy: str,
-    push_cost: float,
-    pull_cost: float,
-    metric: str,
-    bound: int,
-    quantile: float,
+    model: CostModel,
+    target: LatencyTarget,
     per_consumer: bool,
 ) -> DataFrame:
     """``base``: the MinCost (FF-PerPair) assignment with ``active``; returns ``strategy``'s
-    assignment (see the module docstring)."""
+    assignment (see the module docstring): MinCost shifted to push, consumer by consumer,
+    until ``target`` holds, per edge or (``per_consumer``) all of a consumer's pulls at once."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    H, L = float(push_cost), float(pull_cost)
+    H, L = float(model.push), float(model.pull)
+    metric, bound, quantile = target.metric, target.bound, target.quantile
     eps = F.lit(H) * F.col("phi") - F.lit(L) * F.col("theta")
     pulled = base.where((F.col("mode") == "pull") & F.col("active"))
     cons = _per_consumer(base)

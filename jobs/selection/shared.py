@@ -24,9 +24,11 @@ driver:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jobs.common.spark import parallelism
+from jobs.selection.cost import CostModel
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -394,14 +396,22 @@ def _planner(algorithm: str, push_cost: float, pull_cost: float):  # type: ignor
     return run
 
 
+@dataclass(frozen=True)
+class ViewParams:
+    """How shared views are planned at scale (docs/shared-views.md): the prices, parts of about
+    ``part_users`` users planned independently, each user weighing at most ``user_views``
+    candidate views."""
+
+    model: CostModel
+    part_users: int = 32000
+    user_views: int = 30
+
+
 def select_views(
     edges: DataFrame,
     ff_plan: DataFrame,
     algorithm: str,
-    push_cost: float,
-    pull_cost: float,
-    part_users: int,
-    user_views: int,
+    params: ViewParams,
     timings: dict[str, float] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """A shared-view plan (``algorithm``: a key of ``jobs.selection.views.ALGORITHMS``).
@@ -425,6 +435,7 @@ def select_views(
     from jobs.selection.views import ALGORITHMS
 
     full = ALGORITHMS[algorithm][0]
+    push_cost, pull_cost = params.model.push, params.model.pull
     act = edges.where(F.col("active")).select("consumer_id", "producer_id", "phi", "theta")
     ff = ff_plan.select("consumer_id", "producer_id", (F.col("mode") == "push").alias("push"))
     per_user = (
@@ -457,9 +468,9 @@ def select_views(
             timings[step] = round(now - clock["t"], 1)
         clock["t"] = now
 
-    memberships = view_users(cands, act, user_views).localCheckpoint()
+    memberships = view_users(cands, act, params.user_views).localCheckpoint()
     lap("memberships")
-    where, groups = parts(per_user, memberships, part_users)
+    where, groups = parts(per_user, memberships, params.part_users)
     lap("parts")
     user_rows = per_user.join(where, "consumer_id").select(
         F.lit("u").alias("kind"),

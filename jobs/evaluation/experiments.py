@@ -1,9 +1,9 @@
 """The Feeding Frenzy experiments (Silberstein et al., SIGMOD 2010, Section 5), reproduced on
 generated workloads with feedpipe's own planner: ``feedpipe evaluate --experiment NAME``.
 
-Each experiment draws an ``ff2010``-shaped population (``jobs.generate.Population``: the
+Each experiment draws an ``ff2010``-shaped population (``jobs.workloads.generate.Population``: the
 follow graph and every producer's and consumer's true rate), plans it with the plan stage's
-strategies (``jobs.plan.plans_of``) and prices the plans with the cost model
+strategies (``jobs.stages.plan.plans_of``) and prices the plans with the cost model
 (``jobs.selection.cost``, docs/cost-model.md) at H = 3, L = 1 unless said otherwise. The paper
 measured CPU on a PNUTS cluster; here the measure is the modeled cost per hour, so the
 shapes compare, not the absolute numbers. Each experiment writes ``NAME.csv`` (the table),
@@ -48,7 +48,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from jobs.common.config import Settings
-from jobs.generate import PROFILES, Population, Profile, scaled, stochastic_round, user_ids
+from jobs.workloads.generate import (
+    PROFILES,
+    Population,
+    Profile,
+    scaled,
+    stochastic_round,
+    user_ids,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -125,7 +132,7 @@ def settings_for(strategies: tuple[str, ...], parts: int = 4) -> Settings:
 
 def price(spark: SparkSession, w: Workload, strategies: tuple[str, ...]) -> dict[str, dict]:
     """The plan stage's cost rows (``cost.plan_costs``) of each strategy on a workload."""
-    from jobs import plan
+    from jobs.stages import plan
 
     plans = plan.plans_of(edge_frame(spark, w), settings_for(strategies))
     try:
@@ -156,7 +163,7 @@ def price_plan(spark: SparkSession, planned: Workload, priced: Workload, thresho
     members = spark.createDataFrame(
         [], "strategy string, view_id string, producer_id string, phi double"
     )
-    (row,) = cost.plan_costs(assigned, members, H, L, ["ff-per-pair"]).collect()
+    (row,) = cost.plan_costs(assigned, members, cost.CostModel(H, L), ["ff-per-pair"]).collect()
     return row.asDict()
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+from jobs.common import ledger
 from jobs.common.config import Settings
+from jobs.common.ledger import is_published
 from jobs.common.storage import Storage, ds_dir
-from jobs.publish import dataset, is_published, read_stage_records
 
 
 def plan_cost_rows(wh: Storage, ds: dt.date) -> list[dict]:
     return sorted(
-        dataset(wh, "plan", "plan_cost", ds_dir(ds)).to_table().to_pylist(),
+        wh.dataset("plan", "plan_cost", ds_dir(ds)).to_table().to_pylist(),
         key=lambda r: r["total_cost"],
     )
 
@@ -61,7 +62,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     if inactive:
         out.append(f"  {inactive} inactive consumers: no materialized feed, served by pull")
 
-    manifest = ("manifests", ds_dir(ds), "manifest.json")
+    manifest = ledger.manifest_parts(ds)
     if wh.exists(*manifest):
         m = json.loads(wh.read_text(*manifest))
         for table, c in m.get("input", {}).items():
@@ -221,7 +222,7 @@ def flash_producers(wh: Storage, ds: dt.date, limit: int = FLASH_SHOWN) -> tuple
     if not wh.is_dir(*parts):
         return 0, []
     cols = ["producer_id", "n_today", "forecast_prev", "events_per_hour"]
-    flagged = dataset(wh, *parts).to_table(columns=cols, filter=pc.field("flash"))
+    flagged = wh.dataset(*parts).to_table(columns=cols, filter=pc.field("flash"))
     top = flagged.sort_by([("n_today", "descending"), ("producer_id", "ascending")])
     return flagged.num_rows, top.slice(0, limit).to_pylist()
 
@@ -242,7 +243,7 @@ def trend_rows(wh: Storage, ds: dt.date, days: int = TREND_DAYS) -> list[dict]:
         served = next((r for r in rows if r["chosen"]), None)
         realized = None
         if served is not None and wh.is_dir("eval", "replay", ds_dir(d)):
-            for r in dataset(wh, "eval", "replay", ds_dir(d)).to_table().to_pylist():
+            for r in wh.dataset("eval", "replay", ds_dir(d)).to_table().to_pylist():
                 if r["strategy"] == served["strategy"] and r["realized_cost"] is not None:
                     realized = r["realized_cost"] / 24.0
         out.append(
@@ -271,7 +272,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
     pure = _pure(rows)
     served = next((r for r in rows if r["chosen"]), None)
     published = is_published(wh, ds)
-    records = read_stage_records(wh, ds)
+    records = ledger.read_records(wh, ds)
     nav = " · ".join(f'<a href="{escape(u)}">{escape(t)}</a>' for t, u in (links or {}).items())
     h, el = (rows[0]["push_cost"], rows[0]["pull_cost"]) if rows else (None, None)
     out = [
@@ -343,7 +344,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
     out.append(_flash(wh, ds, records.get("rates", {})))
     out.append(_trend(trend_rows(wh, ds)))
 
-    manifest = ("manifests", ds_dir(ds), "manifest.json")
+    manifest = ledger.manifest_parts(ds)
     accounting = (
         json.loads(wh.read_text(*manifest)).get("input", {})
         if wh.exists(*manifest)
@@ -360,7 +361,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append("</table>")
 
     out.append("<h2>Data quality</h2>")
-    quality = ("quality", ds_dir(ds), "results.json")
+    quality = ledger.results_parts(ds)
     if not wh.exists(*quality):
         out.append("<p id='quality'>not validated</p>")
     else:
@@ -480,13 +481,9 @@ def _trend(trend: list[dict]) -> str:
     return "\n".join(out)
 
 
-def report_path(ds: dt.date) -> tuple[str, str, str]:
-    return ("reports", ds_dir(ds), "index.html")
-
-
 def write_report(wh: Storage, ds: dt.date) -> str | None:
     """Write ``reports/ds=D/index.html`` (replacing it whole); None when ``ds`` has no plan."""
     if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
         return None
-    wh.write_text(html_report(wh, ds), *report_path(ds))
-    return wh.uri(*report_path(ds))
+    wh.write_text(html_report(wh, ds), *ledger.report_parts(ds))
+    return wh.uri(*ledger.report_parts(ds))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import io
 import json
 import logging
 import re
@@ -35,8 +34,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 
 from jobs.common.config import Settings
+from jobs.common.dates import day_bounds
 from jobs.common.storage import Storage, ds_dir
 from jobs.common.tables import (
+    DAILY_COUNTS,
+    LANDING_TABLES,
     ContractError,
     check_columns,
     contract,
@@ -50,23 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TABLES = ("follows", "events", "views")
-# per-day counts the rates stage reads instead of rescanning its window (jobs/rates.py)
-COUNTS = {"events": ("event_counts", "producer_id"), "views": ("view_counts", "consumer_id")}
 TEXT_FORMATS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".ndjson": "json"}
 PARQUET_EXT = (".parquet", ".pq")
-REASONS = (
-    "unparseable_row",
-    "null_key",
-    "missing_timestamp",
-    "bad_timestamp",
-    "future_timestamp",
-    "too_late",
-    "self_follow",
-    "bad_op",
-    "bad_attributes",
-    "duplicate",
-)
 
 
 class LandingError(ContractError):
@@ -277,11 +264,6 @@ def read_landing(
 # -- per-table rules ---------------------------------------------------------------------------
 
 
-def _day_bounds(ds: dt.date) -> tuple[dt.datetime, dt.datetime]:
-    start = dt.datetime(ds.year, ds.month, ds.day)
-    return start, start + dt.timedelta(days=1)
-
-
 def _first_reason(*rules: tuple[Column, str]) -> Column:
     from pyspark.sql import functions as F
 
@@ -303,7 +285,7 @@ def tag_events(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    start, end = _day_bounds(ds)
+    start, end = day_bounds(ds)
     oldest = start - dt.timedelta(days=max_lateness_days)
     ts = F.col("created_at_value")
     df = raw.withColumn("created_at_value", timestamp_value("created_at"))
@@ -330,7 +312,7 @@ def tag_views(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame:
     same microsecond are both kept (see docs/data-contracts.md), so no shuffle is needed."""
     from pyspark.sql import functions as F
 
-    start, end = _day_bounds(ds)
+    start, end = day_bounds(ds)
     oldest = start - dt.timedelta(days=max_lateness_days)
     ts = F.col("viewed_at_value")
     df = raw.withColumn("viewed_at_value", timestamp_value("viewed_at"))
@@ -351,7 +333,7 @@ def tag_follows(raw: DataFrame, ds: dt.date) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    start, end = _day_bounds(ds)
+    start, end = day_bounds(ds)
     df = raw.withColumn("ts_value", timestamp_value("ts")).withColumn(
         "op_norm", F.lower(F.trim(F.col("op")))
     )
@@ -460,7 +442,7 @@ def drop_known_events(
     hint: late ids grow with the data, and Spark broadcasts them when they are small."""
     from pyspark.sql import functions as F
 
-    start, _ = _day_bounds(ds)
+    start, _ = day_bounds(ds)
     late = tagged.where(F.col("reason").isNull() & (F.col("created_at_value") < F.lit(start)))
     oldest = late.agg(F.min("created_at_value").alias("t")).collect()[0]["t"]
     if oldest is None:
@@ -530,9 +512,9 @@ def read_failure(exc: BaseException) -> LandingError | None:
     return LandingError(f"{found.group(1)}: cannot be read ({cause})")
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     try:
-        return _run(spark, settings, ds)
+        return _run(spark, settings, ds, wh)
     except Exception as exc:
         failure = read_failure(exc)
         if failure is None:
@@ -540,7 +522,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
         raise failure from None
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     """Ingest one day; returns the row accounting per table (also written by ``publish``).
 
     For each table: quarantine is written first, then the accounting is taken from the written
@@ -550,9 +532,8 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
     from pyspark.sql import functions as F
 
     landing = Storage.at(settings.landing)
-    wh = Storage.at(settings.warehouse)
     stats: dict[str, Any] = {}
-    for table in TABLES:
+    for table in LANDING_TABLES:
         raw, files = read_landing(spark, landing, table, ds)
         if raw is None:
             log.info("no landing files for %s on %s", table, ds)
@@ -599,7 +580,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
         if table != "follows":  # the clean rows as written
             written = read_partition(spark, wh, clean_c, ds)
             counts["clean"] = written.count()
-            name, id_col = COUNTS[table]
+            name, id_col = DAILY_COUNTS[table]
             per_id = written.groupBy(id_col).agg(F.count("*").alias("n"))
             write_partition(per_id, wh, contract("clean", name), ds)
         for df in cached:
@@ -607,13 +588,3 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]
         stats[table] = counts
         log.info("ingest %s %s: %s", table, ds, counts)
     return {"tables": stats}
-
-
-def landing_summary(stats: dict[str, Any]) -> str:
-    buf = io.StringIO()
-    for table, c in stats["tables"].items():
-        buf.write(
-            f"{table}: {c['rows_in']} in = {c['clean']} clean + {c['duplicates']} duplicates"
-            f" + {c['quarantined']} quarantined\n"
-        )
-    return buf.getvalue()

@@ -240,11 +240,14 @@ def flash_producer_ids(profile: Profile, seed: int) -> list[str]:
     return [str(x) for x in user_ids(Population.draw(profile, seed).flash)]
 
 
-def _day_rng(seed: int, day: int, table: int) -> np.random.Generator:
+def day_rng(seed: int, day: int, table: int) -> np.random.Generator:
+    """The random stream of one table (0 follows, 1 events, 2 views) of day ``day`` (the
+    offset from the first day) under ``seed``: each day's files depend on the seed and the
+    day only, so days generated later continue a workload exactly."""
     return np.random.default_rng([seed, 1 + day, table])
 
 
-def _uniform_times(day: dt.date, n: int, rng: np.random.Generator) -> np.ndarray:
+def uniform_times(day: dt.date, n: int, rng: np.random.Generator) -> np.ndarray:
     """Microsecond timestamps uniform within ``day`` (UTC)."""
     start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
     return start + rng.integers(0, 86_400 * 1_000_000, size=n, dtype=np.int64)
@@ -417,7 +420,7 @@ def _edge_table(
 
 
 def _write_snapshot(storage, day, edges, cids, pids, P, fmt, gz, seed) -> int:
-    rng = _day_rng(seed, 0, 0)
+    rng = day_rng(seed, 0, 0)
     w = LandingWriter(storage, "follows", day, fmt, gz)
     c, p = _edge_table(edges, P, cids, pids)
     start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
@@ -430,7 +433,7 @@ def _write_snapshot(storage, day, edges, cids, pids, P, fmt, gz, seed) -> int:
 def _write_changes(
     storage, day, i, edges, pop, cids, pids, fmt, gz, seed
 ) -> tuple[np.ndarray, int]:
-    rng = _day_rng(seed, i, 0)
+    rng = day_rng(seed, i, 0)
     P = pop.profile.producers
     n = max(1, round(edges.size * pop.profile.unfollow_share))
     gone = rng.choice(edges, size=min(n, edges.size), replace=False)
@@ -441,7 +444,7 @@ def _write_changes(
     again = rng.choice(new, size=min(new.size, max(1, n // 50)), replace=False) if new.size else new
     keys = np.concatenate([gone, new, again])
     ops = np.array(["unfollow"] * gone.size + ["follow"] * (new.size + again.size))
-    ts = _uniform_times(day, keys.size, rng)
+    ts = uniform_times(day, keys.size, rng)
     order = np.argsort(ts, kind="stable")
     c, p = _edge_table(keys[order], P, cids, pids)
     w = LandingWriter(storage, "follows", day, fmt, gz)
@@ -466,7 +469,7 @@ def _blocks(n: int, block: int) -> Iterator[np.ndarray]:
 
 
 def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block) -> int:
-    rng = _day_rng(seed, i, 1)
+    rng = day_rng(seed, i, 1)
     w = LandingWriter(storage, "events", day, fmt, gz)
     seq = 0
     tag = day.strftime("%Y%m%d")
@@ -477,7 +480,7 @@ def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block) -> int:
         n = prod.size
         if n == 0:
             continue
-        ts = _uniform_times(day, n, rng)
+        ts = uniform_times(day, n, rng)
         nums = np.arange(seq, seq + n)
         seq += n
         event_ids = np.char.add(f"ev-{tag}-", nums.astype(str))
@@ -510,7 +513,7 @@ def _empty_events() -> pa.Table:
 
 
 def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
-    rng = _day_rng(seed, i, 2)
+    rng = day_rng(seed, i, 2)
     w = LandingWriter(storage, "views", day, fmt, gz)
     rates = pop.view_rates(i)
     for ids in _blocks(pop.profile.consumers, block):
@@ -522,7 +525,7 @@ def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
             pa.table(
                 {
                     "consumer_id": _dict_ids(cons, cids),
-                    "viewed_at": _ts_array(_uniform_times(day, cons.size, rng)),
+                    "viewed_at": _ts_array(uniform_times(day, cons.size, rng)),
                 }
             )
         )

@@ -3,13 +3,13 @@
 ``publish`` calls :func:`publish_day` after the day has passed validation and before it marks
 the warehouse. Under ``publish_to = "s3://BUCKET/PREFIX"``:
 
-* ``snapshots/ds=D/<snapshot>/`` holds a copy of the day: every table partition of
-  ``publish.OUTPUTS`` at its warehouse path (``feeds/consumer_feed/ds=D/part-*.parquet``, ...),
-  the stage records and the validation results. A snapshot is a warehouse-shaped root, so
-  ``FeedReader``, DuckDB or Spark read it as they read the warehouse. Files larger than
-  ``publish_part_mb`` go up as multipart uploads (aborted on failure, so no parts are left
-  behind); a listing of the snapshot must then match every key and size before anything
-  points at it.
+* ``snapshots/ds=D/<snapshot>/`` holds a copy of the day: every partition of
+  ``jobs.common.tables.PUBLISHED_TABLES`` at its warehouse path
+  (``feeds/consumer_feed/ds=D/part-*.parquet``, ...), the stage records and the validation
+  results. A snapshot is a warehouse-shaped root, so ``FeedReader``, DuckDB or Spark read it
+  as they read the warehouse. Files larger than ``publish_part_mb`` go up as multipart
+  uploads (aborted on failure, so no parts are left behind); a listing of the snapshot must
+  then match every key and size before anything points at it.
 * ``snapshots/ds=D/<snapshot>/manifests/ds=D/manifest.json``, then ``_SUCCESS``, are written
   after the data; the manifest's table locations point into the snapshot.
 * ``days/ds=D.json`` (the day's pointer), then ``latest`` (the newest day's pointer, moved
@@ -30,81 +30,22 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
+from jobs.common import ledger
+from jobs.common.pointers import (
+    LATEST_POINTER,
+    POINTER_VERSION,
+    PublishFailed,
+    Target,
+    client,
+    day_pointer_name,
+    read_pointer,
+)
 from jobs.common.storage import Storage, ds_dir
-
-POINTER_VERSION = 1
-
-
-class PublishFailed(RuntimeError):
-    """Copying the day to the publish target did not complete; the pointers did not move."""
-
-
-@dataclass(frozen=True)
-class Target:
-    bucket: str
-    prefix: str
-
-    @classmethod
-    def parse(cls, uri: str) -> Target:
-        parsed = urlparse(uri)
-        if parsed.scheme not in ("s3", "s3a") or not parsed.netloc:
-            raise PublishFailed(f"publish_to must be an s3://bucket/prefix URI, got {uri!r}")
-        return cls(parsed.netloc, parsed.path.strip("/"))
-
-    def key(self, *parts: str) -> str:
-        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p.strip("/"))
-
-    def uri(self, *parts: str) -> str:
-        return f"s3://{self.bucket}/{self.key(*parts)}"
-
-
-def client() -> Any:
-    """A boto3 S3 client for ``FEEDPIPE_S3_ENDPOINT`` (or ``AWS_ENDPOINT_URL``; AWS if unset)."""
-    import boto3
-
-    endpoint = os.environ.get("FEEDPIPE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    return boto3.client("s3", endpoint_url=endpoint or None, region_name=region or None)
-
-
-def _missing(exc: Exception) -> bool:
-    code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-    return code in ("NoSuchKey", "404", "NotFound")
-
-
-def read_pointer(s3: Any, target: Target, name: str) -> dict[str, Any] | None:
-    """``latest`` or ``days/ds=D.json`` under the target, or None when it does not exist."""
-    try:
-        body = s3.get_object(Bucket=target.bucket, Key=target.key(name))["Body"].read()
-    except Exception as exc:
-        if _missing(exc):
-            return None
-        raise
-    return dict(json.loads(body))
-
-
-def day_pointer_name(ds: dt.date) -> str:
-    return f"days/{ds_dir(ds)}.json"
-
-
-def resolve(target_uri: str, ds: dt.date | None = None, s3: Any = None) -> tuple[str, dt.date]:
-    """The root a reader should read day ``ds`` (default: the latest day) from, and the day."""
-    target = Target.parse(target_uri)
-    s3 = s3 or client()
-    name = "latest" if ds is None else day_pointer_name(ds)
-    pointer = read_pointer(s3, target, name)
-    if pointer is None:
-        what = "no day" if ds is None else str(ds)
-        raise PublishFailed(f"{what} has been published to {target.uri()}")
-    return str(pointer["root"]), dt.date.fromisoformat(str(pointer["ds"]))
 
 
 def _put_json(s3: Any, target: Target, key_parts: Iterable[str], doc: Any) -> None:
@@ -160,7 +101,7 @@ def snapshot_files(wh: Storage, ds: dt.date, tables: Iterable[tuple[str, ...]]) 
     rel: list[str] = []
     for parts in tables:
         rel += [p[len(wh.path()) :].strip("/") for p in wh.list_files(*parts)]
-    for extra in (("manifests", ds_dir(ds), "stages"), ("quality", ds_dir(ds))):
+    for extra in (ledger.records_parts(ds), ledger.quality_parts(ds)):
         if wh.is_dir(*extra):
             rel += [
                 p[len(wh.path()) :].strip("/") for p in wh.list_files(*extra) if p.endswith(".json")
@@ -226,7 +167,7 @@ def publish_day(
             name: {**entry, "location": f"{root}/{entry['path']}"}
             for name, entry in manifest["tables"].items()
         }
-        manifest_key = f"{root_key}/manifests/{ds_dir(ds)}/manifest.json"
+        manifest_key = "/".join((root_key, *ledger.manifest_parts(ds)))
         s3.put_object(
             Bucket=target.bucket,
             Key=manifest_key,
@@ -235,7 +176,7 @@ def publish_day(
         )
         s3.put_object(
             Bucket=target.bucket,
-            Key=f"{root_key}/manifests/{ds_dir(ds)}/_SUCCESS",
+            Key="/".join((root_key, *ledger.success_parts(ds))),
             Body=ds.isoformat().encode(),
         )
     else:  # the warehouse is on S3: mark it, copy nothing
@@ -250,9 +191,9 @@ def publish_day(
         "published_at": dt.datetime.now(dt.UTC).isoformat(),
     }
     _put_json(s3, target, [day_pointer_name(ds)], pointer)
-    current = read_pointer(s3, target, "latest")
+    current = read_pointer(s3, target, LATEST_POINTER)
     if current is None or ds >= dt.date.fromisoformat(str(current["ds"])):
-        _put_json(s3, target, ["latest"], pointer)
+        _put_json(s3, target, [LATEST_POINTER], pointer)
     # superseded and failed snapshots of the day, but not the one readers were sent to before
     keep = {snapshot, (previous or {}).get("snapshot")}
     stale = [

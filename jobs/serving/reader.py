@@ -14,7 +14,6 @@ row groups that can hold it.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
+from jobs.common import ledger
+from jobs.common.dates import recent_since
+from jobs.common.pointers import resolve
 from jobs.common.storage import Storage, ds_dir
 
 
@@ -52,16 +53,6 @@ def merge_latest(items: Iterable[FeedItem], k: int) -> list[FeedItem]:
     """Newest first (created_at, then event_id, descending), one per event id, at most k."""
     unique = {it.event_id: it for it in items}
     return sorted(unique.values(), key=sort_key, reverse=True)[:k]
-
-
-def feed_time(ds: dt.date) -> dt.datetime:
-    """The instant a day's feeds describe: the end of ds (UTC)."""
-    return dt.datetime.combine(ds + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
-
-
-def recent_since(ds: dt.date, hours: float) -> dt.datetime:
-    """Events at or after this instant count as recent for k,t-diversity (t = ``hours``)."""
-    return feed_time(ds) - dt.timedelta(hours=hours)
 
 
 def _utc(at: dt.datetime) -> dt.datetime:
@@ -99,32 +90,26 @@ class FeedReader:
         part = ds_dir(ds)
         if not self.wh.is_dir("feeds", "consumer_feed", part):
             raise FeedError(f"no feeds materialized for {ds} in {self.wh.uri('feeds')}")
-        record = ("manifests", part, "stages", "materialize.json")
-        state = json.loads(self.wh.read_text(*record)) if self.wh.exists(*record) else {}
+        state = ledger.read_record(self.wh, ds, "materialize") or {}
         self.materialized_k = int(state["feed_k"]) if "feed_k" in state else None
         self.coherency = str(state.get("coherency", "global"))
         self.k_per_producer = int(state.get("feed_k_per_producer", 3))
         self.recent_since = recent_since(ds, float(state.get("diversity_hours", 24.0)))
-        self.published = self.wh.exists("manifests", part, "_SUCCESS")
+        self.published = ledger.is_published(self.wh, ds)
 
     @classmethod
     def published_copy(cls, target: str, ds: dt.date | None = None, s3: Any = None) -> FeedReader:
         """A reader of day ``ds`` (default: the latest) as published to ``target`` (an
         ``s3://bucket/prefix`` publish target): the snapshot its pointer names."""
-        from jobs.publish_s3 import resolve
-
         root, day = resolve(target, ds, s3)
         return cls(root, day)
 
     def _scan(
         self, layer: str, table: str, column: str, ids: Sequence[str], columns: list[str]
     ) -> pa.Table:
-        path = self.wh.path(layer, table, ds_dir(self.ds))
         if not ids or not self.wh.is_dir(layer, table, ds_dir(self.ds)):
             return pa.table({c: pa.array([], pa.string()) for c in columns})
-        data = pads.dataset(
-            path, filesystem=self.wh.fs, format="parquet", ignore_prefixes=["_", "."]
-        )
+        data = self.wh.dataset(layer, table, ds_dir(self.ds))
         return data.to_table(columns=columns, filter=pc.field(column).isin(list(ids)))
 
     def feeds(self, consumers: Sequence[str], k: int | None = None) -> dict[str, list[FeedItem]]:

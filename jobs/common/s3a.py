@@ -6,7 +6,7 @@ of the PyPI source package ``sagemaker-pyspark==1.4.5`` (checked against its sha
 ``<venv>/share/feedpipe/jars``. A real cluster should use the ``hadoop-aws`` that matches its
 Hadoop version instead (``FEEDPIPE_S3A_JARS``, comma-separated paths; see docs/storage.md).
 
-``python -m jobs.s3a`` fetches the jars (idempotent).
+``python -m jobs.common.s3a`` fetches the jars (idempotent).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from jobs.common.storage import s3_endpoint, s3_region
 
 PACKAGE, VERSION = "sagemaker-pyspark", "1.4.5"
 SHA256 = "05ca2d5081d7138ce29a8fb0a9cba077f28c825288ed07aed46a82e63c0bf1fb"
@@ -42,9 +44,7 @@ def s3a_conf(endpoint: str | None = None) -> dict[str, str]:
 
     Hadoop 3.3's defaults for these timeouts are strings with units ("60s") that Spark 4's
     Hadoop 3.4 client cannot read from the older jar: plain numbers are given instead."""
-    endpoint = (
-        endpoint or os.environ.get("FEEDPIPE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-    )
+    endpoint = endpoint or s3_endpoint()
     conf = {
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.hadoop.fs.s3a.threads.keepalivetime": "60",
@@ -62,7 +62,7 @@ def s3a_conf(endpoint: str | None = None) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             endpoint.startswith("https")
         ).lower()
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    region = s3_region()
     if region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = region
     if os.environ.get("AWS_ACCESS_KEY_ID"):

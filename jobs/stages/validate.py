@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.common import ledger
 from jobs.common.config import Settings
-from jobs.common.storage import Storage, ds_dir
-from jobs.common.tables import contract, read_partition, schemas_root
+from jobs.common.storage import Storage
+from jobs.common.tables import DAILY_COUNTS, contract, read_partition, schemas_root
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -156,18 +157,16 @@ def accounting_check(
 
     from pyspark.sql import functions as F
 
-    from jobs.ingest import COUNTS
-
     q = contract("quarantine", "rows")
     one = F.lit(1).cast("long").alias("n")
     written = []
     for table in sorted(ingest["tables"]):
         quarantined = read_partition(spark, wh, q, ds, table=table)
         written.append(quarantined.select(F.lit(table).alias("t"), F.lit("q").alias("k"), one))
-        if table in COUNTS:
+        if table in DAILY_COUNTS:
             clean = read_partition(spark, wh, contract("clean", table), ds)
             written.append(clean.select(F.lit(table).alias("t"), F.lit("c").alias("k"), one))
-            per_id = contract("clean", COUNTS[table][0])
+            per_id = contract("clean", DAILY_COUNTS[table][0])
             if wh.is_dir(*per_id.parts(ds)):
                 n = read_partition(spark, wh, per_id, ds).select("n")
                 written.append(n.select(F.lit(table).alias("t"), F.lit("n").alias("k"), "n"))
@@ -180,9 +179,9 @@ def accounting_check(
     }
     rows: list[tuple[str, int, int, int | None, int | None]] = []
     for table, c in sorted(ingest["tables"].items()):
-        n_clean = counted.get((table, "c"), 0) if table in COUNTS else int(c["clean"])
+        n_clean = counted.get((table, "c"), 0) if table in DAILY_COUNTS else int(c["clean"])
         accounted = counted.get((table, "q"), 0) + n_clean
-        if table in COUNTS:  # no counts partition at all: a mismatch unless there are no rows
+        if table in DAILY_COUNTS:  # no counts partition at all: a mismatch unless there are no rows
             n_counted = counted.get((table, "n"), 0)
             rows.append((table, int(c["rows_in"]), accounted, n_clean, n_counted))
         else:
@@ -192,8 +191,9 @@ def accounting_check(
     return spark.createDataFrame(rows, schema)
 
 
-def check_frames(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, DataFrame]:
-    wh = Storage.at(settings.warehouse)
+def check_frames(
+    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage
+) -> dict[str, DataFrame]:
     from pyspark.sql import functions as F
 
     def t(layer: str, name: str) -> DataFrame:
@@ -220,11 +220,9 @@ def check_frames(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[s
         ),
         "feeds.view_feed": feed_order_check(t("feeds", "view_feed"), "view_id"),
     }
-    stages = ("manifests", ds_dir(ds), "stages", "ingest.json")
-    if wh.exists(*stages):
-        frames["ingest.accounting"] = accounting_check(
-            spark, wh, ds, json.loads(wh.read_text(*stages))
-        )
+    ingested = ledger.read_record(wh, ds, "ingest")
+    if ingested is not None:
+        frames["ingest.accounting"] = accounting_check(spark, wh, ds, ingested)
     return frames
 
 
@@ -351,23 +349,22 @@ def summary(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     from jobs.common.spark import UNCOMPRESSED_CACHE, scoped_conf
 
     with scoped_conf(spark, UNCOMPRESSED_CACHE, settings):  # the kept check frames
-        return _run(spark, settings, ds)
+        return _run(spark, settings, ds, wh)
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
-    wh = Storage.at(settings.warehouse)
-    frames = check_frames(spark, settings, ds)
-    quality = ("quality", ds_dir(ds))
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+    frames = check_frames(spark, settings, ds, wh)
+    quality = ledger.quality_parts(ds)
     with tempfile.TemporaryDirectory(prefix="feedpipe-docs-") as tmp:
         results = validate_frames(frames, {"feed_k": settings.feed_k}, Path(tmp))
         wh.delete(*quality, "docs")
         _copy_tree(Path(tmp), wh, *quality, "docs")
     results["ds"] = ds.isoformat()
-    wh.write_text(json.dumps(results, indent=2, default=str), *quality, "results.json")
+    wh.write_text(json.dumps(results, indent=2, default=str), *ledger.results_parts(ds))
     if not results["success"]:
         raise ValidationFailed(f"validation failed for {ds}:\n{summary(results)}")
     return {

@@ -6,14 +6,14 @@ AppCDS archive (JDK 13+, ``-XX:ArchiveClassesAtExit``) records those classes onc
 parsed and verified; drivers started with ``-XX:SharedArchiveFile`` map it instead. The
 measured effect is in docs/benchmarks.md ("Scale 1").
 
-``python -m jobs.cds`` (run by ``make install``) builds the archive by running a small
+``python -m jobs.common.cds`` (run by ``make install``) builds the archive by running a small
 representative application (Parquet write and read, a shuffle, a join, a window, a pandas
 function) under ``spark-submit``. The archive lives in ``<venv>/share/feedpipe/cds/``, is
 named after the Spark version, the collector and the JVM that made it, and is used only
 when it exists: ``driver_java_options`` leaves it out otherwise, because a JVM pointed at a
 missing archive starts without any class sharing, slower than its default. An archive made by
 another JVM build, or with jars changed since, is ignored silently by the JVM, which then
-also starts without class sharing: rebuild it (``python -m jobs.cds``) after upgrading.
+also starts without class sharing: rebuild it (``python -m jobs.common.cds``) after upgrading.
 ``FEEDPIPE_CDS=off`` disables it.
 
 Every driver also runs the parallel garbage collector (:data:`GC_OPTIONS`), and the archive

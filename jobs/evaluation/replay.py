@@ -13,7 +13,7 @@ events and feed views with that plan would have cost:
 * the latency proxy: the distribution of ``|V_c|`` over the feed views of d+1, each view
   counted once.
 
-The plans are those the plan stage makes on d (``jobs.plan.strategy_plans``: the same inputs,
+The plans are those the plan stage makes on d (``jobs.stages.plan.strategy_plans``: the same inputs,
 the same edge plan of d-1 for hysteresis), for every enabled strategy, not only the served
 one. Predicted cost for the day is the plan's cost per hour times 24. One row per strategy
 goes to ``eval/replay/ds=d``.
@@ -26,9 +26,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import Settings
+from jobs.common.dates import days
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, write_partition
-from jobs.stages import days
+from jobs.selection.cost import CostModel
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,8 +43,7 @@ def realized(
     members: DataFrame,
     events: DataFrame,
     views: DataFrame,
-    push_cost: float,
-    pull_cost: float,
+    model: CostModel,
 ) -> DataFrame:
     """Per strategy of ``stacked`` (assignments, ``feeding_frenzy.ASSIGNMENT_COLUMNS``):
     events, feed_views, pushes, pull_reads, realized_cost and the view-weighted
@@ -100,24 +100,22 @@ def realized(
     )
     return out.withColumn(
         "realized_cost",
-        F.lit(float(push_cost)) * F.col("pushes") + F.lit(float(pull_cost)) * F.col("pull_reads"),
+        F.lit(float(model.push)) * F.col("pushes") + F.lit(float(model.pull)) * F.col("pull_reads"),
     )
 
 
-def replay_day(spark: SparkSession, settings: Settings, d: dt.date) -> DataFrame:
+def replay_day(spark: SparkSession, settings: Settings, d: dt.date, wh: Storage) -> DataFrame:
     """``eval/replay`` rows of day ``d`` (not written)."""
     from pyspark.sql import functions as F
 
-    from jobs.plan import strategy_plans
+    from jobs.stages.plan import strategy_plans
 
-    wh = Storage.at(settings.warehouse)
     nxt = d + dt.timedelta(days=1)
-    plans = strategy_plans(spark, settings, d)
+    plans = strategy_plans(spark, settings, d, wh)
     events = read_partition(spark, wh, contract("clean", "events"), nxt)
     views = read_partition(spark, wh, contract("clean", "views"), nxt)
-    real = realized(
-        plans.stacked, plans.members, events, views, settings.push_cost, settings.pull_cost
-    )
+    model = CostModel(settings.push_cost, settings.pull_cost)
+    real = realized(plans.stacked, plans.members, events, views, model)
     predicted = plans.costs.select(
         "strategy", (F.col("total_cost") * F.lit(HOURS)).alias("predicted_cost")
     )
@@ -153,7 +151,7 @@ def evaluate(
     """Replay days ``start``..``end``; a day is skipped (with a warning) unless its plan
     inputs and the next day's clean events and views are there."""
     from jobs.common.spark import scoped_conf
-    from jobs.plan import PLAN_CONF
+    from jobs.stages.plan import PLAN_CONF
 
     with scoped_conf(spark, PLAN_CONF, settings):  # the plan stage's plans, computed as it does
         return _evaluate(spark, settings, start, end)
@@ -178,7 +176,7 @@ def _evaluate(
                 nxt,
             )
             continue
-        frame = replay_day(spark, settings, d)
+        frame = replay_day(spark, settings, d, wh)
         write_partition(frame, wh, out_c, d)
         rows = [{"ds": d.isoformat(), **r.asDict()} for r in frame.collect()]
         log.info("replayed %s on %s: %d strategies", d, nxt, len(rows))

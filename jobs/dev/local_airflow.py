@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def airflow_env(

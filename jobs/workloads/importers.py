@@ -28,7 +28,14 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, LandingWriter, Population, _day_rng, _uniform_times, scaled
+from jobs.workloads.generate import (
+    PROFILES,
+    LandingWriter,
+    Population,
+    day_rng,
+    scaled,
+    uniform_times,
+)
 
 log = logging.getLogger(__name__)
 BATCH = 200_000
@@ -163,7 +170,7 @@ def _generate_activity(
     totals = {"events": 0, "views": 0}
     for i in range(days):
         day = start + dt.timedelta(days=i)
-        rng = _day_rng(seed, i, 1)
+        rng = day_rng(seed, i, 1)
         counts = rng.poisson(pop.event_rate * 24.0)
         who = np.repeat(np.arange(len(prods)), counts)
         ev = LandingWriter(out, "events", day, "parquet", False)
@@ -174,13 +181,13 @@ def _generate_activity(
                     "event_id": pa.array(ids),
                     "producer_id": pa.array(prods[who]),
                     "created_at": pa.array(
-                        _uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
+                        uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
                     ),
                 }
             )
         )
         ev.close()
-        rng = _day_rng(seed, i, 2)
+        rng = day_rng(seed, i, 2)
         counts = rng.poisson(pop.view_rate * 24.0)
         who = np.repeat(np.arange(len(cons)), counts)
         vw = LandingWriter(out, "views", day, "parquet", False)
@@ -189,7 +196,7 @@ def _generate_activity(
                 {
                     "consumer_id": pa.array(cons[who]),
                     "viewed_at": pa.array(
-                        _uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
+                        uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
                     ),
                 }
             )

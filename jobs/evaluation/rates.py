@@ -20,17 +20,17 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
-from jobs.common.config import Settings
+from jobs.common.config import RATE_METHODS, Settings
+from jobs.common.dates import days
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, read_partitions, write_partition
-from jobs.rates import daily_counts, params_of, window_days
-from jobs.stages import days
+from jobs.estimators import estimate
+from jobs.stages.rates import daily_counts, params_of, window_days
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-METHODS = ("eb_trend", "trailing_mean_prior", "trailing_mean")
 EPS = 1.0 / 24.0
 TABLES = (("events", "producer_id"), ("views", "consumer_id"))
 
@@ -57,7 +57,7 @@ def evaluate(
     settings: Settings,
     start: dt.date,
     end: dt.date,
-    methods: tuple[str, ...] = METHODS,
+    methods: tuple[str, ...] = RATE_METHODS,
 ) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
@@ -80,8 +80,6 @@ def evaluate(
             actual = read_partition(spark, wh, c, nxt).groupBy(id_col).agg(F.count("*").alias("n"))
             ids = follows.select(id_col).distinct()
             for method in methods:
-                from jobs.estimators import estimate
-
                 est = estimate(daily, ids, id_col, offsets, params_of(settings, method))
                 forecast = est.join(ids, id_col, "left_semi").select(id_col, "rate")
                 (r,) = score(forecast, actual, id_col).collect()

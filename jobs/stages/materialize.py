@@ -26,13 +26,13 @@ producer feeds since the diversity window moves with the day (docs/feeds.md).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from jobs import reader
+from jobs.common import ledger
 from jobs.common.config import Settings
-from jobs.common.storage import Storage, ds_dir
+from jobs.common.dates import recent_since
+from jobs.common.storage import Storage
 from jobs.common.tables import (
     contract,
     has_partition,
@@ -116,8 +116,8 @@ def consumer_feed_diverse(
     pushed producers is chosen from their latest ``k_p`` events each: first the newest event of
     every producer with an event since ``recent_since`` (newest first, at most k), then the
     newest of the rest, k in all; ranked by time. This is the reader's selection
-    (``jobs.reader.select_diverse``) restricted to pushed producers, which holds every pushed
-    event the assembled feed can show (see docs/feeds.md)."""
+    (``jobs.serving.reader.select_diverse``) restricted to pushed producers, which holds every
+    pushed event the assembled feed can show (see docs/feeds.md)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -204,11 +204,6 @@ def consumer_feed_incremental(
     return latest_k(parts, "consumer_id", k, unique=True)
 
 
-def _state_path(ds: dt.date) -> tuple[str, ...]:
-    """Where the stage runner records this stage's result (see ``jobs.stages``)."""
-    return ("manifests", ds_dir(ds), "stages", "materialize.json")
-
-
 def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, str]:
     """Whether D-1's state is there and was built with the same feed settings."""
     prev = ds - dt.timedelta(days=1)
@@ -219,9 +214,9 @@ def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, s
     ):
         if not has_partition(wh, contract(layer, table), prev):
             return False, f"{layer}/{table} has no partition {prev}"
-    if not wh.exists(*_state_path(prev)):
+    state = ledger.read_record(wh, prev, "materialize")
+    if state is None:
         return False, f"no materialize record for {prev}"
-    state = json.loads(wh.read_text(*_state_path(prev)))
     if state.get("feed_k") != settings.feed_k or state.get("coherency") != settings.coherency:
         return (
             False,
@@ -231,9 +226,12 @@ def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, s
 
 
 def run(
-    spark: SparkSession, settings: Settings, ds: dt.date, full_refresh: bool = False
+    spark: SparkSession,
+    settings: Settings,
+    ds: dt.date,
+    wh: Storage,
+    full_refresh: bool = False,
 ) -> dict[str, Any]:
-    wh = Storage.at(settings.warehouse)
     k = settings.feed_k
     ev_c = contract("clean", "events")
     pf_c, cf_c = contract("feeds", "producer_feed"), contract("feeds", "consumer_feed")
@@ -263,7 +261,7 @@ def run(
             pushed,
             k,
             settings.feed_k_per_producer,
-            reader.recent_since(ds, settings.diversity_hours),
+            recent_since(ds, settings.diversity_hours),
         )
     elif incremental:
         consumer_feed = consumer_feed_incremental(

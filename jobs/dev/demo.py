@@ -16,10 +16,10 @@ import time
 
 from jobs.common.config import load_settings
 from jobs.common.storage import Storage
-from jobs.generate import PROFILES, generate, scaled
-from jobs.local_airflow import REPO, airflow_env, dags_test, migrate
-from jobs.reader import FeedReader, format_table
-from jobs.report import text_report
+from jobs.dev.local_airflow import REPO, airflow_env, dags_test, migrate
+from jobs.serving.reader import FeedReader, format_table
+from jobs.serving.report import text_report
+from jobs.workloads.generate import PROFILES, generate, scaled
 
 START = dt.date(2026, 1, 1)
 DAYS = 3

@@ -28,6 +28,7 @@ from jobs.common.config import Settings
 from jobs.common.spark import side_by_side
 from jobs.common.storage import Storage
 from jobs.common.tables import (
+    DAILY_COUNTS,
     Contract,
     contract,
     has_partition,
@@ -78,9 +79,7 @@ def window_counts(
     counted from its clean rows."""
     from pyspark.sql import functions as F
 
-    from jobs.ingest import COUNTS
-
-    name, id_col = COUNTS[table]
+    name, id_col = DAILY_COUNTS[table]
     counts_c = contract("clean", name)
     counted = [d for d in days if has_partition(wh, counts_c, d)]
     frames = [
@@ -182,10 +181,9 @@ def shape(
     )
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    wh = Storage.at(settings.warehouse)
     ev_c, fo_c = contract("clean", "events"), contract("clean", "follows")
     pr_c, cr_c = contract("rates", "producer_rates"), contract("rates", "consumer_rates")
     days = window_days(wh.list_partitions(*ev_c.parts()), ds, settings.rate_window_days)

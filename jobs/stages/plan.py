@@ -31,8 +31,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PlanParams:
+    """What the strategies take from the settings, as the selection package's parameters."""
+
+    strategies: tuple[str, ...]
+    model: cost.CostModel
+    margin: float
+    target: cost.LatencyTarget
+    views: shared.ViewParams
+
+    @classmethod
+    def of(cls, settings: Settings) -> PlanParams:
+        model = cost.CostModel(settings.push_cost, settings.pull_cost)
+        return cls(
+            strategies=settings.served_strategies,
+            model=model,
+            margin=settings.mode_change_margin,
+            target=cost.LatencyTarget(
+                settings.latency_metric, settings.latency_bound, settings.latency_quantile
+            ),
+            views=shared.ViewParams(model, settings.view_part_users, settings.view_user_views),
+        )
+
+
 def assignments(
-    edges: DataFrame, settings: Settings, timings: dict[str, dict[str, float]] | None = None
+    edges: DataFrame, params: PlanParams, timings: dict[str, dict[str, float]] | None = None
 ) -> tuple[DataFrame, DataFrame]:
     """Every computed strategy's edge assignment, stacked (column ``strategy``), and the
     shared views' part rows (``strategy`` plus ``jobs.selection.shared.PART_ROWS``).
@@ -46,20 +70,15 @@ def assignments(
     view_rows: list[DataFrame] = []
     timings = {} if timings is None else timings
 
+    threshold = params.model.threshold
+
     def min_cost(e: DataFrame) -> DataFrame:
-        plan = feeding_frenzy.ff_per_pair(e, settings.threshold, settings.mode_change_margin)
+        plan = feeding_frenzy.ff_per_pair(e, threshold, params.margin)
         return latency.pull_inactive(plan)
 
     def constrained(name: str, per_consumer: bool) -> Callable[[DataFrame], DataFrame]:
         return lambda e: latency.latency_constrained(
-            min_cost(e),
-            name,
-            settings.push_cost,
-            settings.pull_cost,
-            settings.latency_metric,
-            settings.latency_bound,
-            settings.latency_quantile,
-            per_consumer,
+            min_cost(e), name, params.model, params.target, per_consumer
         )
 
     def shared_views(name: str) -> Callable[[DataFrame], DataFrame]:
@@ -68,10 +87,7 @@ def assignments(
                 e,
                 min_cost(e).select("consumer_id", "producer_id", "mode"),
                 name,
-                settings.push_cost,
-                settings.pull_cost,
-                settings.view_part_users,
-                settings.view_user_views,
+                params.views,
                 timings.setdefault(name, {}),
             )
             view_rows.append(rows.withColumn("strategy", F.lit(name)))
@@ -84,13 +100,13 @@ def assignments(
         "pull-all": lambda e: feeding_frenzy.pull_all(e),
         "ff-per-pair": min_cost,
         "ff-consumer": lambda e: latency.pull_inactive(
-            feeding_frenzy.ff_consumer(e, settings.threshold, settings.mode_change_margin)
+            feeding_frenzy.ff_consumer(e, threshold, params.margin)
         ),
         "ff-latency-pair": constrained("ff-latency-pair", False),
         "ff-latency-consumer": constrained("ff-latency-consumer", True),
         **{name: shared_views(name) for name in SHARED_VIEW_STRATEGIES},
     }
-    frames = [builders[s](edges) for s in settings.served_strategies]
+    frames = [builders[s](edges) for s in params.strategies]
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
@@ -153,21 +169,22 @@ class Plans:
             df.unpersist()
 
 
-def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date) -> Plans:
+def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> Plans:
     """The plans of every enabled strategy from the data of day ``ds``: its follow graph and
     rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis). The plan
     stage serves one of them; ``feedpipe evaluate`` replays them all on the next day."""
-    edges, phi = day_edges(spark, settings, ds)
+    edges, phi = day_edges(spark, settings, ds, wh)
     return plans_of(edges, settings, phi)
 
 
-def day_edges(spark: SparkSession, settings: Settings, ds: dt.date) -> tuple[DataFrame, DataFrame]:
+def day_edges(
+    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage
+) -> tuple[DataFrame, DataFrame]:
     """The follow edges of day ``ds`` as the strategies plan them
     (``feeding_frenzy.edge_inputs``: rates, activity, the mode served on ``ds - 1``), and
     ``producer_id, phi`` of the day's producers."""
     from pyspark.sql import functions as F
 
-    wh = Storage.at(settings.warehouse)
     follows = read_partition(spark, wh, contract("clean", "follows"), ds)
     pr = read_partition(spark, wh, contract("rates", "producer_rates"), ds)
     cr = read_partition(spark, wh, contract("rates", "consumer_rates"), ds)
@@ -187,11 +204,12 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    strategies = settings.served_strategies
+    params = PlanParams.of(settings)
+    strategies = params.strategies
     if len(strategies) > 1 or any(s in SHARED_VIEW_STRATEGIES for s in strategies):
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
     timings: dict[str, dict[str, float]] = {}
-    stacked, part_rows = assignments(edges, settings, timings)
+    stacked, part_rows = assignments(edges, params, timings)
 
     stacked = stacked.persist(StorageLevel.MEMORY_AND_DISK)
     # built now: Spark plans a scan of a kept frame with the frame's partitioning only once
@@ -207,17 +225,7 @@ def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None)
         .join(phi, "producer_id")
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    target = cost.LatencyTarget(
-        settings.latency_metric, settings.latency_bound, settings.latency_quantile
-    )
-    costs = cost.plan_costs(
-        stacked,
-        shared_members,
-        settings.push_cost,
-        settings.pull_cost,
-        settings.served_strategies,
-        target,
-    )
+    costs = cost.plan_costs(stacked, shared_members, params.model, strategies, params.target)
     return Plans(edges, stacked, part_rows, shared_members, costs, timings)
 
 
@@ -227,19 +235,18 @@ strategy and follow edge) are built once and scanned by every later step (the co
 plan's range write, the sources), and partitioned by consumer."""
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     from jobs.common.spark import scoped_conf
 
     with scoped_conf(spark, PLAN_CONF, settings):
-        return _run(spark, settings, ds)
+        return _run(spark, settings, ds, wh)
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date) -> dict[str, Any]:
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    wh = Storage.at(settings.warehouse)
-    plans = strategy_plans(spark, settings, ds)
+    plans = strategy_plans(spark, settings, ds, wh)
     stacked, part_rows, shared_members, costs = (
         plans.stacked,
         plans.part_rows,

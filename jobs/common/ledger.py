@@ -1,0 +1,116 @@
+"""The day's ledger: what has run for a day, and whether the day is published.
+
+Everything a day's runs record lives under ``manifests/`` of the warehouse:
+
+* ``manifests/ds=D/stages/<stage>.json``: each stage's result (row accounting, the served
+  strategy, how the feeds were built, its duration), written by the runner;
+* ``manifests/ds=D/manifest.json``, then ``manifests/ds=D/_SUCCESS``: written by ``publish``;
+  only a day with ``_SUCCESS`` is complete and validated;
+* ``manifests/latest``: the newest published day (it only moves forward).
+
+Starting a stage withdraws what depended on the old version of its outputs
+(:func:`withdraw`). The paths of the day's validation results and report are here too, so
+that every module names them the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from jobs.common.pipeline import STAGES, stages_from
+from jobs.common.storage import Storage, ds_dir
+
+MANIFESTS = "manifests"
+LATEST: tuple[str, ...] = (MANIFESTS, "latest")
+
+
+def day_parts(ds: dt.date) -> tuple[str, ...]:
+    return (MANIFESTS, ds_dir(ds))
+
+
+def record_parts(ds: dt.date, stage: str) -> tuple[str, ...]:
+    return (*day_parts(ds), "stages", f"{stage}.json")
+
+
+def records_parts(ds: dt.date) -> tuple[str, ...]:
+    """The folder of the day's stage records."""
+    return (*day_parts(ds), "stages")
+
+
+def manifest_parts(ds: dt.date) -> tuple[str, ...]:
+    return (*day_parts(ds), "manifest.json")
+
+
+def success_parts(ds: dt.date) -> tuple[str, ...]:
+    return (*day_parts(ds), "_SUCCESS")
+
+
+def quality_parts(ds: dt.date) -> tuple[str, ...]:
+    """The day's validation folder: ``results.json`` and Data Docs under ``docs/``."""
+    return ("quality", ds_dir(ds))
+
+
+def results_parts(ds: dt.date) -> tuple[str, ...]:
+    return (*quality_parts(ds), "results.json")
+
+
+def report_parts(ds: dt.date) -> tuple[str, ...]:
+    return ("reports", ds_dir(ds), "index.html")
+
+
+def read_record(wh: Storage, ds: dt.date, stage: str) -> dict[str, Any] | None:
+    """A stage's record of day ``ds``, or None when it has not run (or was withdrawn)."""
+    parts = record_parts(ds, stage)
+    return dict(json.loads(wh.read_text(*parts))) if wh.exists(*parts) else None
+
+
+def read_records(wh: Storage, ds: dt.date) -> dict[str, Any]:
+    """Every stage record of day ``ds`` there is, by stage."""
+    out = {}
+    for stage in STAGES:
+        record = read_record(wh, ds, stage)
+        if record is not None:
+            out[stage] = record
+    return out
+
+
+def write_record(wh: Storage, ds: dt.date, stage: str, result: dict[str, Any]) -> None:
+    wh.write_text(json.dumps(result, indent=2, default=str), *record_parts(ds, stage))
+
+
+def withdraw(wh: Storage, ds: dt.date, stage: str) -> None:
+    """Before ``stage`` runs for ``ds``: remove the records of it and the later stages, the
+    day's validation results (when ``validate`` is among them) and its ``_SUCCESS``, so a
+    rerun of, say, ``plan`` cannot be published with feeds made from the previous plan."""
+    later = stages_from(stage)
+    for s in later:
+        wh.delete(*record_parts(ds, s))
+    if "validate" in later:
+        wh.delete(*results_parts(ds))
+    wh.delete(*success_parts(ds))
+
+
+def latest(wh: Storage) -> dt.date | None:
+    """The newest published day, or None."""
+    if not wh.exists(*LATEST):
+        return None
+    return dt.date.fromisoformat(wh.read_text(*LATEST).strip())
+
+
+def is_published(wh: Storage, ds: dt.date) -> bool:
+    return wh.exists(*success_parts(ds))
+
+
+def mark_published(wh: Storage, ds: dt.date, manifest: dict[str, Any]) -> dt.date:
+    """Write the day's manifest, then its ``_SUCCESS``, then move ``latest`` forward to
+    ``ds`` (never backward: a backfill of past days keeps it on the newest complete day).
+    Returns the latest day."""
+    wh.write_text(json.dumps(manifest, indent=2, default=str), *manifest_parts(ds))
+    wh.write_text(ds.isoformat(), *success_parts(ds))
+    current = latest(wh)
+    if current is None or ds >= current:
+        wh.write_text(ds.isoformat(), *LATEST)
+        return ds
+    return current

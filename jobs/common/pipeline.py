@@ -1,0 +1,52 @@
+"""The pipeline's stages: their order, their Airflow task ids and what each does.
+
+The one place these are declared: the runner, the command line, the DAG, the benchmarks and
+the tests import them. Only the standard library is imported here, so the DAG file can read
+them when Airflow parses it.
+"""
+
+from __future__ import annotations
+
+STAGES: tuple[str, ...] = ("ingest", "rates", "plan", "materialize", "validate", "publish")
+"""The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages")."""
+
+SPARK_STAGES: tuple[str, ...] = STAGES[:-1]
+"""The stages that need a Spark session (``publish`` reads Parquet footers only)."""
+
+TASK_IDS: dict[str, str] = {
+    "ingest": "ingest_landing",
+    "rates": "estimate_rates",
+    "plan": "plan_views",
+    "materialize": "materialize_feeds",
+    "validate": "validate_tables",
+    "publish": "publish_day",
+}
+"""Each stage's task id in the ``feeds_daily`` DAG (``verb_object``)."""
+
+DESCRIPTIONS: dict[str, str] = {
+    "ingest": "landing files of one day -> clean tables + quarantine",
+    "rates": "producer and consumer rates over the trailing window",
+    "plan": "cost every strategy, serve one: edge plan, sources, views",
+    "materialize": "producer, view and consumer feeds as of the end of the day",
+    "validate": "Great Expectations suites over the day's tables",
+    "publish": "write the manifest and mark the day complete",
+}
+"""One line per stage, for ``feedpipe STAGE --help``."""
+
+REPORTED: tuple[str, ...] = ("plan", "materialize", "validate", "publish")
+"""Stages after which the day's report (``reports/ds=D/index.html``) is written again."""
+
+
+def stages_from(stage: str) -> tuple[str, ...]:
+    """``stage`` and the stages after it: what a run of ``stage`` makes out of date."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    return STAGES[STAGES.index(stage) :]
+
+
+def in_order(chosen: tuple[str, ...]) -> tuple[str, ...]:
+    """``chosen`` in pipeline order; an unknown name is an error."""
+    unknown = [s for s in chosen if s not in STAGES]
+    if unknown or not chosen:
+        raise ValueError(f"stages must be among {', '.join(STAGES)}")
+    return tuple(s for s in STAGES if s in chosen)
