@@ -9,7 +9,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE :=
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test lint typecheck unit lock clean bench
+.PHONY: install demo test check lint lock clean bench
 
 install: $(STAMP)
 
@@ -40,21 +40,24 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each test file in one of them so
-# a file's shared fixtures (an Airflow, a cluster, a multi-day run) are built once.
+# a file's shared fixtures (an Airflow, a cluster, a multi-day run) are built once; what
+# several files share is built once per run (tests/support/once.py).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
-unit: $(STAMP)
-	$(PYTEST) -m "not slow"
+# the fast tier: lint, types, unit and stage tests
+check: lint
+	$(PYTEST) tests/unit tests/stages
 
+# everything: the README's test command, which .ci/run calls
 test: lint
 	$(PYTEST)
 
 # Benchmarks (not part of `make test`): a day of ff2010 against the DuckDB reference
-# (bench/day.py; BENCH_ARGS="--scales 0.25,1,4 --reps 3" for the scaling run).
+# (python -m bench.day; BENCH_ARGS="--scales 0.25,1,4 --reps 3" for the scaling run).
 BENCH_ARGS ?= --scales 1 --reps 3
 bench: $(STAMP)
-	$(BIN)/python bench/day.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.day $(BENCH_ARGS)
 
 
 

@@ -1,6 +1,6 @@
 """Stages as clients of a long-lived Spark Connect server, against the DuckDB reference.
 
-    python bench/connect.py [--scale 4] [--reps 3] [--work var/bench]
+    python -m bench.connect [--scale 4] [--reps 3] [--work var/bench]
                             [--stages rates,plan,materialize] [--new-days N]
 
 Runs on the warehouse ``bench/day.py`` built for the scale (``WORK/ff2010-<scale>``: day 1
@@ -40,12 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import duckdb_reference  # noqa: E402
-from day import (  # noqa: E402
+from bench import duckdb_reference
+from bench.day import (
     D1,
     D2,
     REFERENCE_STAGES,
@@ -56,9 +52,10 @@ from day import (  # noqa: E402
     measured,
     tree_rss_mb,
 )
+from jobs.common.storage import Storage
+from jobs.workloads.generate import PROFILES, generate, scaled
 
-from jobs.common.storage import Storage  # noqa: E402
-from jobs.workloads.generate import PROFILES, generate, scaled  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LANDING_TABLES = ("follows", "events", "views")
 
@@ -124,6 +121,8 @@ def bench(
         "PYSPARK_PYTHON": sys.executable,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "FEEDPIPE_CONFIG": str(config),
+        # the reference runs as a module of this checkout (python -m bench.duckdb_reference)
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     port = free_port()
     url = f"sc://127.0.0.1:{port}"
@@ -153,7 +152,7 @@ def bench(
         return m
 
     def reference(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
-        cmd = [sys.executable, str(ROOT / "bench" / "duckdb_reference.py"), stage]
+        cmd = [sys.executable, "-m", "bench.duckdb_reference", stage]
         cmd += ["--warehouse", str(wh), "--out", str(ref_out), "--ds", str(ds)]
         m = measured([*cmd, "--config", str(config)], logs / log, env)
         m["stage_s"] = json.loads((logs / log).read_text().strip().splitlines()[-1])["seconds"]

@@ -1,7 +1,7 @@
 """A day of the ``ff2010`` workload: every stage timed as the scheduler runs it, against a
 DuckDB reference (``bench/duckdb_reference.py``) on the same Parquet inputs.
 
-    python bench/day.py [--scales 1] [--reps 3] [--work var/bench] [--event-logs]
+    python -m bench.day [--scales 1] [--reps 3] [--work var/bench] [--event-logs]
                         [--whole-day both|ff-per-pair|none] [--no-whole-day]
 
 For each scale: generates two days (skipped when the landing data is there) and runs day 1
@@ -39,19 +39,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import duckdb_reference
+from jobs.common.cds import driver_java_options
+from jobs.common.pipeline import SPARK_STAGES
+from jobs.common.storage import Storage
+from jobs.workloads.generate import PROFILES, generate, scaled
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import duckdb_reference  # noqa: E402
-
-from jobs.common.cds import driver_java_options  # noqa: E402
-from jobs.common.storage import Storage  # noqa: E402
-from jobs.workloads.generate import PROFILES, generate, scaled  # noqa: E402
 
 D1, D2 = dt.date(2026, 1, 1), dt.date(2026, 1, 2)
 SEED = 5  # the workload's seed: every bench generates the same days
-SPARK_STAGES = ("ingest", "rates", "plan", "materialize", "validate")
 REFERENCE_STAGES = ("rates", "plan", "materialize")
 TRIVIAL = """
 import time
@@ -181,6 +178,8 @@ def bench_scale(
         "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
         "PYSPARK_PYTHON": sys.executable,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        # the reference runs as a module of this checkout (python -m bench.duckdb_reference)
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
 
     env.pop("FEEDPIPE_CONFIG", None)
@@ -207,7 +206,7 @@ def bench_scale(
         return m
 
     def reference(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
-        cmd = [sys.executable, str(ROOT / "bench" / "duckdb_reference.py"), stage]
+        cmd = [sys.executable, "-m", "bench.duckdb_reference", stage]
         cmd += ["--warehouse", str(wh), "--out", str(ref_out), "--ds", str(ds), "--config"]
         m = measured([*cmd, str(ff_only)], logs / log, env)
         m["stage_s"] = json.loads((logs / log).read_text().strip().splitlines()[-1])["seconds"]

@@ -11,7 +11,7 @@ outputs (``OUT/<table>/ds=D/data.parquet``) and reads its own previous day from 
 Spark stages read theirs from the warehouse. Feeds are computed as a full refresh from all
 clean events up to D, which the Spark stage's incremental path must equal.
 
-Usage: ``python bench/duckdb_reference.py STAGE --warehouse WH --out OUT --ds D``
+Usage: ``python -m bench.duckdb_reference STAGE --warehouse WH --out OUT --ds D``
 (STAGE: rates | plan | materialize); prints the stage's row counts and seconds as JSON.
 """
 
@@ -27,13 +27,12 @@ from typing import Any
 
 import duckdb
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from jobs.common.config import Settings, load_settings
+from jobs.common.exact import FRACTION_BITS, HALF_BITS, HALF_MASK
+from jobs.estimators import Window
+from jobs.stages.rates import Z90, window_days
 
-from jobs.common.config import Settings, load_settings  # noqa: E402
-from jobs.common.exact import FRACTION_BITS, HALF_BITS, HALF_MASK  # noqa: E402
-from jobs.estimators import Window  # noqa: E402
-from jobs.stages.rates import Z90, window_days  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 INTERVAL90 = (
     f"greatest(rate - {Z90!r} * rate_sd, 0.0) AS rate_lo, rate + {Z90!r} * rate_sd AS rate_hi"

@@ -1,6 +1,6 @@
 """A table's write with and without its contract's plain-encoded ids, alternated in one session.
 
-    python bench/encoding.py plan/edge_plan --warehouse var/bench/ff2010-4/warehouse
+    python -m bench.encoding plan/edge_plan --warehouse var/bench/ff2010-4/warehouse
                              --ds 2026-01-02 [--reps 4]
 
 Reads the table's partition ``--ds`` from the warehouse, keeps it in memory partitioned by its
@@ -22,12 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from jobs.common.config import load_settings
+from jobs.common.spark import build_session
+from jobs.common.tables import contract, plain_encoding
 
-from jobs.common.config import load_settings  # noqa: E402
-from jobs.common.spark import build_session  # noqa: E402
-from jobs.common.tables import contract, plain_encoding  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:

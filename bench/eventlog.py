@@ -1,6 +1,6 @@
 """Where a Spark application's time goes, from its event log.
 
-    python bench/eventlog.py DIR [--stages]
+    python -m bench.eventlog DIR [--stages]
 
 ``DIR`` holds event logs (``spark.eventLog.dir``; ``bench/day.py --event-logs`` writes them
 under the scale's ``logs/events``). For each application: its wall time, how long Spark jobs

@@ -1,7 +1,7 @@
 """Cost against latency target for the latency-constrained strategies (Feeding Frenzy,
 Figures 6 and 8 style), on one day of a warehouse that has ``rates`` and ``clean/follows``.
 
-    python bench/latency_tradeoff.py --warehouse var/warehouse --ds 2026-01-03 \
+    python -m bench.latency_tradeoff --warehouse var/warehouse --ds 2026-01-03 \
         [--metric pulls --bound 0 --quantiles 0.5,0.6,0.7,0.8,0.9,0.95,0.99,1.0]
 
 For each target "a share q of feed views reads at most B sources (or pulls)", plans

@@ -1,7 +1,7 @@
 """Shared-view planning at scale (Chen & Zhou, Section V): planning wall time per strategy
 and modeled cost relative to FF-PerPair, on a generated workload.
 
-    python bench/shared_views.py --profile gplus [--scale 1] [--work var/bench/gplus] \
+    python -m bench.shared_views --profile gplus [--scale 1] [--work var/bench/gplus] \
         [--strategies cz-hierarchy2,cz-greedy] [--part-users 32000] [--lower-bound]
 
 Generates one day of the profile (skipped when the landing data is there), runs ``ingest``

@@ -1,7 +1,7 @@
 """Modeled cost of the shared-view strategies against feed-popularity skew (Chen & Zhou,
 Figure 6b), with the sequential planner on generated graphs (no Spark).
 
-    python bench/shared_views_skew.py [--profile cz2015] [--scale 0.2] \
+    python -m bench.shared_views_skew [--profile cz2015] [--scale 0.2] \
         [--skews 0.39,0.6,0.8,1.0,1.2,1.43]
 
 For each skew of users per feed, draws the profile's follow graph and its true rates (the

@@ -1,8 +1,15 @@
-"""Shared fixtures: one local SparkSession for the whole run, small settings per test."""
+"""Fixtures of every tier: one Spark session per test process (built as the stages build
+theirs, through ``jobs.common.spark``), settings rooted in a test's own folder, an S3 server.
+
+Tiers: ``unit/`` (pure functions on tiny inputs), ``stages/`` (a stage's run on a small
+warehouse), ``e2e/`` (Airflow, a cluster, Spark Connect, S3, several days, real data);
+``support/`` holds the naive oracle and helpers. ``make check`` runs the first two.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,31 +17,19 @@ import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+TEST_SPARK = {"spark.driver.memory": "2g"}
+"""The test session's own settings on top of the stages' (``jobs.common.spark``)."""
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
-    from pyspark.sql import SparkSession
+    from jobs.common.config import Settings
+    from jobs.common.spark import build_session
 
-    from jobs.common.cds import driver_java_options
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("feedpipe-tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.log.level", "WARN")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", driver_java_options())
-        .getOrCreate()
-    )
+    settings = Settings(spark_master="local[2]", shuffle_partitions=4, spark_conf=TEST_SPARK)
+    session = build_session(settings, "feedpipe-tests")
     yield session
     session.stop()
 
@@ -56,48 +51,61 @@ def make_settings(tmp_path: Path):
     return make
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[dict[str, str]]:
-    """A real S3-compatible HTTP server (moto's, in its own process) on 127.0.0.1, accepting
-    multipart parts from 1 KiB (AWS: 5 MiB) so small test files can go up in several parts.
-    Yields the environment that points boto3, pyarrow and S3A at it."""
-    import subprocess
-    import sys
-    import time
-    import urllib.request
+    """A real S3-compatible HTTP server on 127.0.0.1 (``support.servers.s3_server``)."""
+    from support.servers import s3_server as serve
 
-    port = free_port()
-    env = {**os.environ, "S3_UPLOAD_PART_MIN_SIZE": "1024"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    with serve() as env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def churn_landing(tmp_path_factory) -> Path:
+    """The landing files of ``support.workloads.churn``, written once per run."""
+    from support import workloads
+    from support.once import shared_folder
+
+    return shared_folder(tmp_path_factory, "churn-landing", workloads.churn)
+
+
+BUILT_STRATEGIES = ("push-all", "pull-all", "ff-per-pair")
+"""What the shared warehouse computes each day: the served FF-PerPair (a mix of push and pull)
+and the two pure strategies beside it; a test that needs another strategy plans it itself."""
+
+
+def built_settings(landing: Path, warehouse: Path | str):
+    from jobs.common.config import Settings
+    from support.workloads import HOURS, K_P, K
+
+    return Settings(
+        landing=str(landing),
+        warehouse=str(warehouse),
+        feed_k=K,
+        feed_k_per_producer=K_P,
+        diversity_hours=HOURS,
+        strategy="ff-per-pair",
+        strategies=BUILT_STRATEGIES,
+        shuffle_partitions=4,
     )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"the S3 server on port {port} did not start") from None
-            time.sleep(0.2)
-    yield {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "FEEDPIPE_S3_ENDPOINT": endpoint,
-    }
-    proc.terminate()
-    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def built(spark, churn_landing, tmp_path_factory):
+    """Settings of a warehouse with the five churn days built incrementally (ingest, rates,
+    plan, materialize), once per run. Read it only; write in ``built_copy``."""
+    from support import workloads
+    from support.once import shared_folder
+
+    def build(folder: Path) -> None:
+        workloads.build(spark, built_settings(churn_landing, folder), workloads.days())
+
+    return built_settings(churn_landing, shared_folder(tmp_path_factory, "churn-built", build))
+
+
+@pytest.fixture
+def built_copy(built, tmp_path):
+    """A private copy of the built warehouse, which the test may change."""
+    from support.once import private_copy
+
+    return built_settings(Path(built.landing), private_copy(built.warehouse, tmp_path / "wh"))

@@ -162,7 +162,7 @@ def connect_server_command(
     cmd = [submit, "--master", settings.spark_master, "--driver-memory", driver_memory]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
-    driver = os.path.join(os.path.dirname(os.path.dirname(__file__)), "connect_service.py")
+    driver = os.path.join(os.path.dirname(__file__), "connect_service.py")
     return [*cmd, "--name", "feedpipe-connect", driver]
 
 

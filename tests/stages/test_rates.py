@@ -1,5 +1,5 @@
-"""Rates over several days of a generated workload: a flash producer is flagged the same day
-and its pushed edges move to pull; the trend-aware estimator beats the trailing mean."""
+"""Stage ``rates`` over several days of a generated workload: a flash producer is flagged the
+same day (Feeding Frenzy 5.5) and its pushed edges move to pull in that day's plan."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import datetime as dt
 import pytest
 
 from jobs.common.config import Settings
+from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
-from jobs.evaluation.rates import evaluate
 from jobs.stages import runner
 from jobs.workloads.generate import PROFILES, flash_producer_ids, generate, scaled
 
@@ -29,6 +29,7 @@ def flash_run(spark, tmp_path_factory):
         landing=str(root / "landing"),
         warehouse=str(root / "wh"),
         strategy="ff-per-pair",
+        strategies=("ff-per-pair",),  # the plan only has to move the flash producers' edges
         shuffle_partitions=4,
     )
     for i in range(3):
@@ -49,14 +50,8 @@ def test_flash_producers_are_flagged_on_the_day_and_only_then(spark, flash_run):
             .collect()
         }
         assert flagged == (set(flashing) if i == 2 else set()), i
-    record = stages_record(wh, START + dt.timedelta(days=2))
+    record = read_record(wh, START + dt.timedelta(days=2), "rates")
     assert record["flash_producers"] == 2 and set(record["flash_listed"]) == set(flashing)
-
-
-def stages_record(wh, ds):
-    import json
-
-    return json.loads(wh.read_text("manifests", f"ds={ds}", "stages", "rates.json"))
 
 
 def test_pushed_edges_of_a_flash_producer_move_to_pull_the_same_day(spark, flash_run):
@@ -74,31 +69,3 @@ def test_pushed_edges_of_a_flash_producer_move_to_pull_the_same_day(spark, flash
     cost = read_partition(spark, wh, contract("plan", "plan_cost"), START + dt.timedelta(days=2))
     served = cost.where("chosen").collect()[0]
     assert served.mode_changes >= before.count("push")
-
-
-def test_eb_trend_beats_the_trailing_mean_under_trends(spark, tmp_path):
-    profile = dataclasses.replace(
-        scaled(PROFILES["ff2010"], 0.01), trend_share=0.5, trend_per_day=0.25
-    )
-    generate(Storage.at(str(tmp_path / "landing")), START, 6, profile, seed=9)
-    s = Settings(
-        landing=str(tmp_path / "landing"), warehouse=str(tmp_path / "wh"), shuffle_partitions=4
-    )
-    for i in range(6):
-        runner.run_stage("ingest", s, START + dt.timedelta(days=i), spark)
-    results = evaluate(
-        spark,
-        s,
-        START + dt.timedelta(days=2),
-        START + dt.timedelta(days=4),
-        ("eb_trend", "trailing_mean"),
-    )
-    assert len(results) == 3 * 2 * 2
-    for table in ("events", "views"):
-        for ds in {r["ds"] for r in results}:
-            by = {r["method"]: r for r in results if r["table"] == table and r["ds"] == ds}
-            assert by["eb_trend"]["weighted_male"] < by["trailing_mean"]["weighted_male"], (
-                table,
-                ds,
-                by,
-            )

@@ -17,28 +17,32 @@ def feedpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
-@pytest.mark.parametrize(
-    "verb",
-    [
-        "generate",
-        "run",
-        "backfill",
-        "ingest",
-        "rates",
-        "plan",
-        "materialize",
-        "validate",
-        "publish",
-        "feed",
-        "connect-server",
-        "config",
-    ],
-)
+VERBS = [
+    *("generate", "import", "run", "backfill"),
+    *("ingest", "rates", "plan", "materialize", "validate", "publish"),
+    *("feed", "report", "evaluate", "evaluate-rates", "connect-server", "config"),
+]
+"""The verbs of ../shared/DESIGN.md and the README."""
+
+
+def parser_verbs() -> list[str]:
+    import argparse
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_the_command_line_has_the_documented_verbs():
+    assert sorted(parser_verbs()) == sorted(VERBS)
+
+
+@pytest.mark.parametrize("verb", VERBS)
 def test_every_verb_has_help(verb, capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args([verb, "--help"])
     assert exit_.value.code == 0
-    assert "--config" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: feedpipe {verb}") and "--config" in out
 
 
 def test_config_prints_the_effective_settings(tmp_path, monkeypatch, capsys):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import naive
 import pyarrow.dataset as pads
 
 from jobs.common.tables import PUBLISHED_TABLES
 from jobs.serving.reader import FeedReader
+from support import naive
 
 
 def rows(warehouse: str, layer: str, table: str, day: dt.date) -> list[tuple]:

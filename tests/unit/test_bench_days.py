@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import datetime as dt
 import filecmp
-import sys
 from pathlib import Path
 
 from jobs.common.storage import Storage
 from jobs.workloads.generate import PROFILES, generate, scaled
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_new_days_continue_the_generated_workload(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import connect
-        from day import D1, SEED
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    from bench import connect
+    from bench.day import D1, SEED
+
     profile = scaled(PROFILES["ff2010"], 0.01)
     appended, whole = tmp_path / "a" / "landing", tmp_path / "b" / "landing"
     generate(Storage.at(str(appended)), D1, 2, profile, seed=SEED)  # as bench/day.py does

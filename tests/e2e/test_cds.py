@@ -9,11 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyspark
-
-from jobs.common.cds import archive_path, current_archive, driver_java_options
-from jobs.common.config import Settings
-from jobs.common.spark import spark_defaults
+from jobs.common.cds import driver_java_options
 
 APP = """
 from pyspark.sql import SparkSession
@@ -61,14 +57,6 @@ def submit(tmp_path: Path, java_options: str, name: str) -> tuple[dict[str, int]
     return class_sources(log), collectors.split(":", 1)[1].strip()
 
 
-def test_install_built_an_archive_for_this_spark_and_jvm():
-    archive = current_archive()
-    assert archive is not None, "make install (python -m jobs.common.cds) builds the archive"
-    assert archive == archive_path()  # named after this pyspark and this JVM's build
-    assert pyspark.__version__ in archive.name and archive.stat().st_size > 10_000_000
-    assert driver_java_options() == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"
-
-
 def test_a_driver_with_the_archive_loads_spark_from_it(tmp_path):
     without, default_gc = submit(tmp_path, "", "without")
     with_archive, gc = submit(tmp_path, driver_java_options(), "with")
@@ -81,14 +69,3 @@ def test_a_driver_with_the_archive_loads_spark_from_it(tmp_path):
     assert without["archive"] == 0 and without["jar"] > 3000
     assert with_archive["archive"] > 0.8 * without["jar"]
     assert with_archive["jar"] < 0.2 * without["jar"]
-
-
-def test_sessions_pass_the_archive_to_the_driver(monkeypatch):
-    """(The DAG's tasks: tests/test_dag.py.)"""
-    option = driver_java_options()
-    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == option
-    own = Settings(spark_conf={"spark.driver.extraJavaOptions": "-Xss4m"})
-    assert spark_defaults(own)["spark.driver.extraJavaOptions"] == "-Xss4m"  # yours wins
-    monkeypatch.setenv("FEEDPIPE_CDS", "off")  # no archive, the collector stays
-    assert driver_java_options() == "-XX:+UseParallelGC"
-    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGE_MODULES = {f"jobs.stages.{s}" for s in ("ingest", "rates", "plan", "materialize")} | {
     f"jobs.stages.{s}" for s in ("validate", "publish")
 }

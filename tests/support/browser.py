@@ -1,11 +1,10 @@
 """Pages rendered by a real browser: Debian's ``chromium``, headless.
 
 CI installs it (``.ci/run``); elsewhere the tests that need it are skipped when it is absent
-(``apt-get install chromium``)."""
+(``apt-get install chromium``), and fail under ``CI=true``."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -13,16 +12,15 @@ from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
+from support.requires import missing
 
 
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found:
         return found
-    if os.environ.get("CI"):
-        pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
-    pytest.skip("chromium is not installed (apt-get install chromium)")
+    missing("chromium", "apt-get install chromium; .ci/run installs it")
+    raise AssertionError("not reached")
 
 
 def _run(*args: str) -> str:

@@ -27,7 +27,7 @@ from packaging.specifiers import SpecifierSet
 
 from jobs.common.config import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 ENV_EXAMPLE = DOCKER / ".env.example"

@@ -1,78 +1,23 @@
-"""Importers: SNAP edge lists (hand-made and wiki-Vote) and higgs-twitter into the landing."""
+"""Real data sets from ../shared/data (absent: skipped, or failed under CI): SNAP wiki-Vote
+and higgs-twitter imported into the landing layout, and the Higgs week through the pipeline."""
 
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 
 import pandas as pd
-import pytest
-from conftest import SHARED
 
 from jobs.common.storage import Storage
-from jobs.workloads.importers import SourceError, import_higgs, import_snap_edges
+from jobs.workloads.importers import import_higgs, import_snap_edges
+from support import naive
+from support.requires import shared_data
 
 D = dt.date(2026, 1, 1)
 
 
-def test_snap_edge_list_with_comments_crlf_tabs_and_self_loops(tmp_path):
-    src = tmp_path / "edges.txt.gz"
-    text = (
-        "# Directed graph\r\n# FromNodeId\tToNodeId\r\n"
-        "1\t2\r\n1 3\r\n2\t2\r\n\r\n3  1\r\n1\t2\r\nlonely\r\n"
-    )
-    src.write_bytes(gzip.compress(text.encode()))
-    result = import_snap_edges(src, Storage.at(str(tmp_path / "landing")), D)
-    stats = result["follows"]
-    assert (stats["comments"], stats["self_loops"], stats["duplicates"], stats["malformed"]) == (
-        2,
-        1,
-        1,
-        1,
-    )
-    assert stats["edges"] == 3
-    follows = pd.read_parquet(tmp_path / "landing" / "follows" / f"ds={D}")
-    assert sorted(zip(follows.consumer_id, follows.producer_id, strict=True)) == [
-        ("1", "2"),
-        ("1", "3"),
-        ("3", "1"),
-    ]
-    assert "op" not in follows.columns  # a snapshot
-
-
-def test_reverse_and_generated_activity(tmp_path):
-    src = tmp_path / "e.txt"
-    src.write_text("a b\na c\nb c\n")
-    out = Storage.at(str(tmp_path / "l"))
-    result = import_snap_edges(src, out, D, reverse=True, activity_profile="ff2010", days=2, seed=1)
-    follows = pd.read_parquet(tmp_path / "l" / "follows" / f"ds={D}")
-    assert set(zip(follows.consumer_id, follows.producer_id, strict=True)) == {
-        ("b", "a"),
-        ("c", "a"),
-        ("c", "b"),
-    }
-    events = pd.read_parquet(tmp_path / "l" / "events")
-    assert set(events.producer_id) <= {"a", "b"}  # only producers of the graph post
-    assert result["activity"]["events"] == len(events) > 0
-    assert sorted(p.name for p in (tmp_path / "l" / "views").iterdir()) == [
-        "ds=2026-01-01",
-        "ds=2026-01-02",
-    ]
-
-
-def test_a_file_without_edges_is_an_error(tmp_path):
-    src = tmp_path / "e.txt"
-    src.write_text("# nothing here\n")
-    with pytest.raises(SourceError, match="no edges"):
-        import_snap_edges(src, Storage.at(str(tmp_path / "l")), D)
-
-
-@pytest.mark.skipif(
-    not (SHARED / "data" / "wiki-vote").exists(), reason="../shared/data/wiki-vote is absent"
-)
 def test_wiki_vote(tmp_path):
     result = import_snap_edges(
-        SHARED / "data" / "wiki-vote" / "wiki-Vote.txt.gz", Storage.at(str(tmp_path)), D
+        shared_data("wiki-vote") / "wiki-Vote.txt.gz", Storage.at(str(tmp_path)), D
     )
     s = result["follows"]
     # every non-comment line is an edge, a self-loop or a repeat: nothing is lost silently
@@ -84,12 +29,8 @@ def test_wiki_vote(tmp_path):
     assert len(pd.read_parquet(tmp_path / "follows")) == s["edges"]
 
 
-@pytest.mark.skipif(
-    not (SHARED / "data" / "higgs-twitter").exists(),
-    reason="../shared/data/higgs-twitter is absent",
-)
 def test_higgs(tmp_path):
-    result = import_higgs(SHARED / "data" / "higgs-twitter", Storage.at(str(tmp_path)))
+    result = import_higgs(shared_data("higgs-twitter"), Storage.at(str(tmp_path)))
     assert result["activity_rows"] == 563_069 and result["malformed_activity_rows"] == 0
     assert list(result["days"]) == [f"2012-07-0{d}" for d in range(1, 8)]
     assert sum(result["days"].values()) == 563_069
@@ -108,26 +49,20 @@ def test_higgs(tmp_path):
     assert len(follows) == result["follows"]["edges"]
 
 
-@pytest.mark.skipif(
-    not (SHARED / "data" / "higgs-twitter").exists(),
-    reason="../shared/data/higgs-twitter is absent",
-)
 def test_higgs_week_through_the_pipeline(spark, tmp_path):
     """All seven Higgs days through ingest, rates, plan and materialize; every day, the
     assembled feeds of 300 sampled consumers equal the naive answer from the landing files."""
     import random
-
-    import naive
 
     from jobs.common.config import Settings
     from jobs.serving.reader import FeedReader
     from jobs.stages import runner
 
     landing = tmp_path / "landing"
-    result = import_higgs(SHARED / "data" / "higgs-twitter", Storage.at(str(landing)))
+    result = import_higgs(shared_data("higgs-twitter"), Storage.at(str(landing)))
     days = [dt.date.fromisoformat(d) for d in result["days"]]
     # The served plan is FF-PerPair; the two pure strategies are costed beside it. The other
-    # strategies are checked on generated data (tests/test_pipeline.py); here the point is
+    # strategies are checked on generated data (tests/stages/test_plan.py); here the point is
     # real, bursty input end to end, at a cost that fits the test suite.
     s = Settings(
         landing=str(landing),

@@ -1,0 +1,1 @@
+"""What the tests share: the naive oracle, page rendering, servers and workloads they start."""

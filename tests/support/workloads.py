@@ -1,0 +1,89 @@
+"""The generated workloads the stage and end-to-end tests build on.
+
+``churn``: five days of ``ff2010`` at scale 0.004 (about 800 consumers) with 3% of edges
+unfollowed and as many followed every day, its tables in mixed formats (CSV follows, JSON
+Lines events, Parquet views, gzipped text), plus a producer that posts far faster than the
+others, followed from day 2 by 25 consumers. ``build`` runs the stages over it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from support import naive
+
+START = dt.date(2026, 1, 1)
+DAYS = 5
+LAST = START + dt.timedelta(days=DAYS - 1)
+K = 5
+K_P = 2
+HOURS = 6.0
+FAST = "fast-producer"
+BUILD = ("ingest", "rates", "plan", "materialize")
+PURE = ("push-all", "pull-all")
+
+
+def add_fast_producer(landing: Path, consumers: list[str]) -> None:
+    """A producer posting 40 events a day, all in the last four hours (about 20 times the
+    usual rate), followed from day 2 by ``consumers``."""
+    day2 = START + dt.timedelta(days=1)
+    rows = [
+        {"consumer_id": c, "producer_id": FAST, "ts": f"{day2}T00:30:00Z", "op": "follow"}
+        for c in consumers
+    ]
+    pd.DataFrame(rows).to_csv(landing / "follows" / f"ds={day2}" / "fast.csv", index=False)
+    for i in range(DAYS):
+        day = START + dt.timedelta(days=i)
+        lines = [
+            {
+                "event_id": f"fast-{day}-{j:02d}",
+                "producer_id": FAST,
+                "created_at": f"{day}T{20 + j // 10:02d}:{(j % 10) * 6:02d}:00Z",
+            }
+            for j in range(40)
+        ]
+        text = "\n".join(json.dumps(x) for x in lines) + "\n"
+        (landing / "events" / f"ds={day}" / "fast.jsonl").write_text(text)
+
+
+def churn(landing: Path) -> Path:
+    from jobs.common.storage import Storage
+    from jobs.workloads.generate import PROFILES, generate, scaled
+
+    profile = dataclasses.replace(scaled(PROFILES["ff2010"], 0.004), unfollow_share=0.03)
+    formats = {"follows": "csv", "events": "jsonl", "views": "parquet"}
+    generate(
+        Storage.at(str(landing)), START, DAYS, profile, seed=11, formats=formats, gzip_text=True
+    )
+    first = naive.graph(landing, START, START)
+    add_fast_producer(landing, sorted({c for c, _ in first})[:25])
+    return landing
+
+
+def days(n: int = DAYS) -> list[dt.date]:
+    return [START + dt.timedelta(days=i) for i in range(n)]
+
+
+def build(spark, settings, on: Iterable[dt.date], stages: tuple[str, ...] = BUILD, **kw) -> None:
+    """Run ``stages`` for each day of ``on``, in order, in the test's Spark session."""
+    from jobs.stages import runner
+
+    for ds in on:
+        for stage in stages:
+            runner.run_stage(stage, settings, ds, spark, **kw)
+
+
+def assembled(
+    warehouse: str, ds: dt.date, consumers: list[str], k: int = K
+) -> dict[str, list[str]]:
+    """The reader's feeds of ``consumers``, as event ids."""
+    from jobs.serving.reader import FeedReader
+
+    got = FeedReader(warehouse, ds).feeds(consumers, k)
+    return {c: [it.event_id for it in feed] for c, feed in got.items()}

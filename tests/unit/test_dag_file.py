@@ -1,0 +1,90 @@
+"""The DAG file as Airflow parses it: the stages in order, one task each, the params of a
+manual run (every strategy the plan stage knows), what each spark-submit gets."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+
+from jobs.common.config import STRATEGIES
+from jobs.common.pipeline import STAGES, TASK_IDS
+from jobs.dev.local_airflow import REPO
+
+
+def load_dag():
+    spec = importlib.util.spec_from_file_location("feeds_daily", REPO / "dags" / "feeds_daily.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.dag
+
+
+def test_dag_structure():
+    dag = load_dag()
+    assert dag.dag_id == "feeds_daily"
+    order = [
+        "ingest_landing",
+        "estimate_rates",
+        "plan_views",
+        "materialize_feeds",
+        "validate_tables",
+        "publish_day",
+    ]
+    assert [t.task_id for t in dag.topological_sort()] == order
+    for upstream, downstream in itertools.pairwise(order):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    assert dag.max_active_runs == 1 and not dag.catchup
+    assert set(dag.params) == {"strategy", "full_refresh"}
+    ingest = dag.get_task("ingest_landing")
+    assert ingest.application_args == ["ingest", "--ds", "{{ ds }}"]
+    assert ingest.retries == 2 and dag.get_task("validate_tables").retries == 0
+    assert all(t.depends_on_past for t in dag.tasks)
+
+    assert Path(ingest.application).name == "__main__.py"
+
+
+def test_spark_submit_takes_the_workers_address_and_s3a_jars_from_its_environment(monkeypatch):
+    from jobs.common.s3a import jar_paths
+
+    for name in ("SPARK_LOCAL_IP", "FEEDPIPE_LANDING", "FEEDPIPE_WAREHOUSE"):
+        monkeypatch.delenv(name, raising=False)
+    task = load_dag().get_task("plan_views")
+    assert "SPARK_LOCAL_IP" not in task.env_vars  # a cluster driver binds its own address
+    assert task.jars is None  # local roots: no S3 connector shipped to every executor
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.1.2.3")
+    monkeypatch.setenv("FEEDPIPE_WAREHOUSE", "s3://bucket/warehouse")
+    task = load_dag().get_task("plan_views")
+    assert task.env_vars["SPARK_LOCAL_IP"] == "10.1.2.3"
+    jars = jar_paths()
+    assert (task.jars or "").split(",") == jars if jars else task.jars is None
+
+
+def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
+    from jobs.common.cds import current_archive
+
+    monkeypatch.delenv("FEEDPIPE_CDS", raising=False)
+    archive = current_archive()
+    assert archive is not None  # make install builds it (tests/test_cds.py)
+    task = load_dag().get_task("plan_views")
+    options = f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"
+    assert task.conf == {"spark.driver.extraJavaOptions": options}
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")  # the collector stays
+    assert load_dag().get_task("validate_tables").conf == {
+        "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"
+    }
+
+
+def test_the_tasks_are_the_pipelines_stages_in_order():
+    assert [t.task_id for t in load_dag().topological_sort()] == [TASK_IDS[s] for s in STAGES]
+
+
+def test_a_manual_run_can_force_every_strategy_the_plan_knows():
+    from jobs.common.config import Settings
+
+    enum = load_dag().params.get_param("strategy").schema["enum"]
+    assert enum == [None, "auto", *STRATEGIES]
+    # among them the latency-constrained and shared-view ones a manual run could not force
+    wanted = {"ff-latency-pair", "ff-latency-consumer", "cz-hierarchy2", "cz-greedy"}
+    assert wanted | {"cz-hierarchy1"} <= set(enum)
+    for strategy in enum[1:]:
+        assert Settings(strategy=strategy).strategy == strategy  # the plan stage accepts it

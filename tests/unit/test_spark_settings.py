@@ -1,0 +1,66 @@
+"""What a Spark session and a Connect server are started with (``jobs.common.spark``,
+``jobs.common.cds``): the stages' settings, the collector and the class archive."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from jobs.common.cds import archive_path, current_archive, driver_java_options
+from jobs.common.config import ConfigError, Settings
+from jobs.common.spark import connect_server_command, local_cores, spark_defaults
+
+
+def test_install_built_an_archive_for_this_spark_and_jvm():
+    archive = current_archive()
+    assert archive is not None, "make install (python -m jobs.common.cds) builds the archive"
+    assert archive == archive_path()  # named after this pyspark and this JVM's build
+    assert pyspark.__version__ in archive.name and archive.stat().st_size > 10_000_000
+    assert driver_java_options() == f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive}"
+
+
+def test_sessions_pass_the_archive_to_the_driver(monkeypatch):
+    """(The DAG's tasks: tests/unit/test_dag_file.py.)"""
+    option = driver_java_options()
+    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == option
+    own = Settings(spark_conf={"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert spark_defaults(own)["spark.driver.extraJavaOptions"] == "-Xss4m"  # yours wins
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")  # no archive, the collector stays
+    assert driver_java_options() == "-XX:+UseParallelGC"
+    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+
+
+def test_the_server_command_carries_the_stage_settings():
+    s = Settings(spark_master="local[3]", shuffle_partitions=6, spark_conf={"spark.x.y": "z"})
+    cmd = connect_server_command(s, "127.0.0.1", 15010, "2g")
+    confs = dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--conf")
+    assert cmd[cmd.index("--master") + 1] == "local[3]"
+    assert cmd[cmd.index("--driver-memory") + 1] == "2g"
+    assert confs["spark.sql.shuffle.partitions"] == "6"
+    assert confs["spark.sql.session.timeZone"] == "UTC"
+    assert confs["spark.connect.grpc.binding.port"] == "15010"
+    assert confs["spark.connect.grpc.binding.address"] == "127.0.0.1"
+    assert confs["spark.default.parallelism"] == "3"
+    assert confs["spark.x.y"] == "z"
+    assert "spark.driver.memory" not in confs
+    # the Connect plugin on a driver of ours, the client sessions sharing generated code
+    assert cmd[-1].endswith("connect_service.py") and Path(cmd[-1]).is_file()
+    assert confs["spark.plugins"] == "org.apache.spark.sql.connect.SparkConnectPlugin"
+    assert confs["spark.sql.artifact.isolation.enabled"] == "false"
+    assert int(confs["spark.sql.codegen.cache.maxEntries"]) >= 1000
+    own = {"spark.plugins": "com.example.Plugin", "spark.sql.codegen.cache.maxEntries": "7"}
+    s2 = Settings(spark_conf=own)
+    confs2 = dict(
+        a.split("=", 1) for a in connect_server_command(s2, "127.0.0.1", 1, "1g") if "=" in a
+    )
+    assert confs2["spark.plugins"] == (
+        "com.example.Plugin,org.apache.spark.sql.connect.SparkConnectPlugin"
+    )
+    assert confs2["spark.sql.codegen.cache.maxEntries"] == "7"  # the operator's own stands
+    assert (local_cores("local"), local_cores("local[*]")) == (1, os.cpu_count())
+    assert local_cores("spark://127.0.0.1:7077") is None
+    with pytest.raises(ConfigError, match="sc://"):
+        Settings(spark_remote="http://127.0.0.1:15002")
