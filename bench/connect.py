@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import duckdb_reference
+from bench import duckdb_reference, provenance
 from bench.day import (
     D1,
     D2,
@@ -48,7 +48,6 @@ from bench.day import (
     SEED,
     SPARK_STAGES,
     finish,
-    machine,
     measured,
     tree_rss_mb,
 )
@@ -187,7 +186,16 @@ def bench(
         "new_days": new_days,
         "days": [str(ds) for ds in measured_days],
         "generated_days": [str(d) for d in generated],
-        "machine": machine(),
+        **provenance(
+            {
+                "workload": "ff2010",
+                "seed": SEED,
+                "scale": scale,
+                "reps": reps,
+                "stages": list(stages),
+                "new_days": new_days,
+            }
+        ),
         "server_peak_rss_mb": round(peak[0]),
         "median": summary,
         "runs": runs,
@@ -247,8 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.new_days < 0:
         ap.error("--new-days must be 0 or more")
     result = bench(args.scale, args.reps, Path(args.work).resolve(), stages, args.new_days)
-    name = "connect_newdays" if args.new_days else "connect"
-    path = ROOT / "bench" / "results" / f"{name}_ff2010_{args.scale:g}.json"
+    path = ROOT / "bench" / "results" / f"connect_ff2010_{args.scale:g}.json"
     return finish(result, table(result), path)
 
 

@@ -31,7 +31,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import duckdb_reference
+from bench import duckdb_reference, provenance
 from jobs.common.cds import driver_java_options
 from jobs.common.pipeline import SPARK_STAGES
 from jobs.common.storage import Storage
@@ -131,26 +130,6 @@ def write_config(path: Path, landing: Path, warehouse: Path, **extra: Any) -> No
     path.write_text("\n".join(lines) + "\n")
 
 
-def machine() -> dict[str, Any]:
-    import duckdb
-    import pyspark
-
-    mem_kb = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            mem_kb = int(line.split()[1])
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    return {
-        "cpus": os.cpu_count(),
-        "memory_gb": round(mem_kb / 1024**2, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "pyspark": pyspark.__version__,
-        "duckdb": duckdb.__version__,
-        "java": java.splitlines()[0] if java else "?",
-    }
-
-
 def bench_scale(
     scale: float, reps: int, work: Path, event_logs: bool = False, whole_day: str = "both"
 ) -> dict[str, Any]:
@@ -162,7 +141,9 @@ def bench_scale(
     landing, wh, ref_out, logs = (base / x for x in ("landing", "warehouse", "duckdb", "logs"))
     logs.mkdir(parents=True, exist_ok=True)
     profile = scaled(PROFILES["ff2010"], scale)
-    result: dict[str, Any] = {"scale": scale, "reps": reps, "machine": machine()}
+    settings = {"workload": "ff2010", "seed": SEED, "scale": scale, "reps": reps}
+    settings |= {"whole_day": whole_day, "event_logs": event_logs}
+    result: dict[str, Any] = {"scale": scale, "reps": reps, **provenance(settings)}
     if not (landing / "follows").is_dir():
         t = time.perf_counter()
         generate(Storage.at(str(landing)), D1, 2, profile, seed=SEED)

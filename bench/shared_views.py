@@ -8,7 +8,7 @@ Generates one day of the profile (skipped when the landing data is there), runs 
 and ``rates``, then the ``plan`` stage once for the Feeding Frenzy baselines and once per
 shared-view strategy (each with FF-PerPair beside it, which the shared-view strategies fall
 back to part by part). Prints a Markdown table and writes
-``bench/results/shared_views_<profile>_<scale>[_<tag>].json``.
+``bench/results/shared_views_<profile>_<scale>.json``.
 
 ``--lower-bound`` also prices ``jobs.selection.views.lower_bound`` on the day's graph and rates:
 no plan, whatever its views, costs less. It is computed in this process over the whole graph
@@ -22,11 +22,11 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import platform
 import resource
 import time
 from pathlib import Path
 
+from bench import provenance
 from jobs.common.config import load_settings
 from jobs.common.spark import build_session
 from jobs.common.storage import Storage
@@ -51,7 +51,6 @@ def main() -> None:
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--shuffle-partitions", type=int, default=16)
     ap.add_argument("--lower-bound", action="store_true", help="price the bound on any plan")
-    ap.add_argument("--tag", default="", help="results file suffix, to keep another run's file")
     args = ap.parse_args()
 
     work = Path(args.work or f"var/bench/{args.profile}-{args.scale:g}")
@@ -64,7 +63,7 @@ def main() -> None:
         "producers": profile.producers,
         "part_users": args.part_users,
         "user_views": args.user_views,
-        "machine": f"{platform.machine()}, {platform.python_version()}",
+        **provenance({k: v for k, v in vars(args).items() if k != "work"}),
         "stages": {},
         "strategies": {},
     }
@@ -141,7 +140,7 @@ def main() -> None:
         print(f"| lower bound, any plan | | {result['lower_bound']['cost'] / ff:.3f} | | |")
     out = Path("bench/results")
     out.mkdir(parents=True, exist_ok=True)
-    name = f"shared_views_{args.profile}_{args.scale:g}{'_' + args.tag if args.tag else ''}.json"
+    name = f"shared_views_{args.profile}_{args.scale:g}.json"
     (out / name).write_text(json.dumps(result, indent=2) + "\n")
 
 

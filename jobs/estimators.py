@@ -117,7 +117,7 @@ def per_id_sums(
     would aggregate each task's rows first and shuffle their partial sums, a dozen columns
     and more a row, for ids that are nearly all distinct within a task, with the sums'
     generated code compiled and warmed up on both sides of the shuffle (docs/benchmarks.md,
-    "A tenth round")."""
+    "Per-id repartitioning of the rates")."""
     from pyspark.sql import functions as F
 
     parts = [

@@ -10,9 +10,9 @@ Why not Spark's own ``SparkConnectServer``: it forces per-session artifact isola
 gives every client session its own class loader, and Spark keys its cache of generated code
 by class loader. Every stage run (a new client session) then compiled all its generated
 classes again and the JVM warmed them up from scratch: at ``ff2010 --scale 4`` about 90
-compilations and 25 to 40 s of JIT compiler time per plan run (docs/benchmarks.md, "A
-sixteenth round"). Started this way, without isolation, the sessions share the generated
-classes of the runs before them.
+compilations and 25 to 40 s of JIT compiler time per plan run (docs/benchmarks.md,
+"Connect server without artifact isolation"). Started this way, without isolation, the
+sessions share the generated classes of the runs before them.
 """
 
 from __future__ import annotations
