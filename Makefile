@@ -45,9 +45,10 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
-# the fast tier: lint, types, unit and stage tests
+# the fast tier: lint, types, stage and unit tests (the stage files first: they share a
+# multi-day build, which one process makes while the other runs the rest)
 check: lint
-	$(PYTEST) tests/unit tests/stages
+	$(PYTEST) tests/stages tests/unit
 
 # everything: the README's test command, which .ci/run calls
 test: lint
@@ -58,8 +59,6 @@ test: lint
 BENCH_ARGS ?= --scales 1 --reps 3
 bench: $(STAMP)
 	$(BIN)/python -m bench.day $(BENCH_ARGS)
-
-
 
 clean:
 	rm -rf var build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -242,6 +242,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
     finally:
         for frame in kept:
             frame.unpersist()
+    # the flagged ids from the table as written: the per-id sums behind it are released
     written = read_partition(spark, wh, pr_c, ds)
 
     flagged = written.where(F.col("flash")).orderBy(F.col("n_today").desc(), "producer_id")

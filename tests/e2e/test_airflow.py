@@ -1,10 +1,11 @@
 """The Airflow DAG run for real, on one Airflow home and one (SQLite) metadata database.
 
-Day 1 runs through ``airflow dags test`` (the demo's path). Then Airflow's api-server,
-scheduler and dag-processor run on 127.0.0.1: a backfill requested through the REST API runs
-days 2 and 3 in order, forcing a strategy through the run's params, and the plugin's pages are
-fetched from the API server. Every stage is submitted with spark-submit to ``local[*]``, and
-every task must succeed on its first try.
+Day 1 runs through ``airflow dags test`` (the demo's path), every stage submitted with
+spark-submit to ``local[*]``. Then Airflow's api-server, scheduler and dag-processor run on
+127.0.0.1: a backfill requested through the REST API runs days 2 and 3 in order, forcing a
+strategy through the run's params, with the workers' ``FEEDPIPE_SPARK_REMOTE`` naming a
+long-lived Spark Connect server (docs/operations.md), and the plugin's pages are fetched from
+the API server. Every task must succeed on its first try.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from jobs.dev.local_airflow import LocalAirflow, airflow, airflow_env, dags_test
 from jobs.serving.reader import FeedReader
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support import naive
+from support.servers import connect_server, logged
 
 START, DAYS, K = dt.date(2026, 1, 1), 3, 20
 BACKFILLED = [START + dt.timedelta(days=i) for i in range(1, DAYS)]
 FORCED = "ff-latency-pair"  # not among the four strategies the DAG's param used to offer
-# the pure strategies, Feeding Frenzy's and one shared-view planner, whose Python workers
-# must find the worker's packages under spark-submit (the DAG's PYSPARK_PYTHON)
+# day 1: the pure strategies, Feeding Frenzy's and one shared-view planner, whose Python
+# workers must find the worker's packages under spark-submit (the DAG's PYSPARK_PYTHON);
+# the backfilled days: the pure ones and FF-PerPair beside the forced strategy
 STRATEGIES = "push-all,pull-all,ff-per-pair,cz-hierarchy2"
+BACKFILL_STRATEGIES = "push-all,pull-all,ff-per-pair"
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +85,23 @@ def test_feeds_daily_runs_one_day_through_airflow_dags_test(first_day):
     assert strategies == set(STRATEGIES.split(","))  # the shared views planned under Airflow
 
 
-def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(home, first_day):
+def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
+    home, first_day, tmp_path
+):
     """Airflow for real (api-server, scheduler, dag-processor, LocalExecutor): an
     authenticated ``POST /api/v2/backfills`` over days 2 and 3 with ``strategy`` forced in the
     run's conf; every run and every task succeeds on its first try, the days run one after
-    another, each is published serving the forced strategy and the last serves the naive
-    feeds; the feedpipe plugin's pages, fetched from the API server, show each day's figures."""
+    another, on the Connect server, each is published serving the forced strategy and the
+    last serves the naive feeds; the feedpipe plugin's pages, fetched from the API server,
+    show each day's figures."""
     env, landing, warehouse = home
     start, end = BACKFILLED[0], BACKFILLED[-1]
-    with LocalAirflow(env) as af:
+    with (
+        connect_server(tmp_path / "connect") as (url, events),
+        LocalAirflow(
+            {**env, "FEEDPIPE_SPARK_REMOTE": url, "FEEDPIPE_STRATEGIES": BACKFILL_STRATEGIES}
+        ) as af,
+    ):
         status, _ = af.request("GET", "/api/v2/dags/feeds_daily", auth=False)
         assert status == 401  # the API wants a token
         deadline = time.monotonic() + 120
@@ -123,6 +135,8 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(h
         done = af.api("GET", f"/api/v2/backfills/{backfill['id']}")
         assert (done["from_date"][:10], done["to_date"][:10]) == (str(start), str(end))
         check_plugin_pages(af, warehouse, [START, *BACKFILLED])
+        # the backfill's queries ran in the server's JVM, which wrote the days' tables
+        assert str(warehouse) in logged(events)
         # every run, the one dags test made too, with its tasks
         tasks = {
             r["logical_date"][:10]: {

@@ -16,8 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +30,7 @@ from jobs.common.storage import Storage
 from jobs.stages import runner
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support.same_day import assert_same_day
-from support.servers import free_port
+from support.servers import connect_server, free_port, logged
 
 DAY = dt.date(2026, 1, 1)
 K = 5
@@ -167,40 +165,8 @@ def test_a_day_on_a_standalone_cluster_equals_the_local_run(cluster, baseline, t
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    """A Spark Connect server from ``feedpipe connect-server``; yields its URL and the folder
-    of its event log, which is complete once the server has stopped (after the module)."""
-    root = tmp_path_factory.mktemp("connect")
-    events = root / "events"
-    events.mkdir()
-    port = free_port()
-    env = {**os.environ, "FEEDPIPE_DRIVER_MEMORY": "1g"}
-    env["FEEDPIPE_SPARK_CONF"] = (
-        f"spark.eventLog.enabled=true,spark.eventLog.compress=false,spark.eventLog.dir={events}"
-    )
-    log = (root / "server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs", "connect-server", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError((root / "server.log").read_text()[-4000:]) from None
-            time.sleep(0.5)
-    yield f"sc://127.0.0.1:{port}", events
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with connect_server(tmp_path_factory.mktemp("connect")) as (url, events):
+        yield url, events
 
 
 def test_a_day_on_a_connect_server_equals_the_local_run(server, baseline, tmp_path):
@@ -212,15 +178,13 @@ def test_a_day_on_a_connect_server_equals_the_local_run(server, baseline, tmp_pa
 
     # the queries ran in the server's JVM: its event log holds the client's writes (to the
     # remote run's warehouse), and none of the local run's
-    logged = "\n".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
-    assert remote in logged and local not in logged
+    log = logged(events)
+    assert remote in log and local not in log
 
     # the server ran its client sessions without artifact isolation, which would give each
     # session a class loader of its own and so its own copy of every generated class
     env = next(
-        json.loads(line)
-        for line in logged.splitlines()
-        if '"SparkListenerEnvironmentUpdate"' in line
+        json.loads(line) for line in log.splitlines() if '"SparkListenerEnvironmentUpdate"' in line
     )
     props = dict(env["Spark Properties"])
     assert props["spark.sql.artifact.isolation.enabled"] == "false"

@@ -16,21 +16,21 @@ import pandas as pd
 
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition
 from jobs.serving.reader import FeedReader
 from jobs.stages import runner
 from support import naive
-from support.workloads import FAST, HOURS, K_P, LAST, START, K, assembled, days
-
-
-def table_rows(spark, settings, layer: str, table: str, ds) -> list[tuple]:
-    df = read_partition(spark, Storage.at(settings.warehouse), contract(layer, table), ds)
-    return sorted(tuple(r) for r in df.collect())
-
-
-def edge_modes(spark, settings, ds) -> dict[tuple[str, str], str]:
-    df = read_partition(spark, Storage.at(settings.warehouse), contract("plan", "edge_plan"), ds)
-    return {(r.consumer_id, r.producer_id): r.mode for r in df.collect()}
+from support.workloads import (
+    FAST,
+    HOURS,
+    K_P,
+    LAST,
+    START,
+    K,
+    assembled,
+    days,
+    edge_modes,
+    table_rows,
+)
 
 
 def test_incremental_equals_full_refresh_and_the_naive_answer_every_day(

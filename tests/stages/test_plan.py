@@ -9,26 +9,24 @@ from the landing files alone (``support.naive``).
 from __future__ import annotations
 
 import dataclasses
+import functools
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES, STRATEGIES
-from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition
 from jobs.stages import runner
 from support import naive
-from support.workloads import HOURS, K_P, LAST, START, K, assembled
+from support.workloads import HOURS, K_P, LAST, START, K, assembled, edge_modes, table_rows
 
 
-def table_rows(spark, settings, layer: str, table: str, ds) -> list[tuple]:
-    df = read_partition(spark, Storage.at(settings.warehouse), contract(layer, table), ds)
-    return sorted(tuple(r) for r in df.collect())
-
-
-def edge_modes(spark, settings, ds) -> dict[tuple[str, str], str]:
-    df = read_partition(spark, Storage.at(settings.warehouse), contract("plan", "edge_plan"), ds)
-    return {(r.consumer_id, r.producer_id): r.mode for r in df.collect()}
+@functools.cache
+def naive_feeds(landing: str, coherency: str) -> dict[str, list[str]]:
+    """The naive answer for the last day (computed once per coherency mode)."""
+    if coherency == "global":
+        return naive.feeds(Path(landing), LAST, START, K)
+    return naive.feeds_per_producer(Path(landing), LAST, START, K, K_P, HOURS)
 
 
 @pytest.mark.parametrize(
@@ -50,10 +48,7 @@ def test_assembled_feed_equals_the_naive_answer(
     )
     runner.run_stage("plan", s, ds, spark)
     runner.run_stage("materialize", s, ds, spark)
-    if coherency == "global":
-        expected = naive.feeds(churn_landing, ds, START, K)
-    else:
-        expected = naive.feeds_per_producer(churn_landing, ds, START, K, K_P, HOURS)
+    expected = naive_feeds(str(churn_landing), coherency)
     consumers = sorted(expected)
     got = assembled(s.warehouse, ds, [*consumers, "nobody-follows-nothing"])
     assert got.pop("nobody-follows-nothing") == []

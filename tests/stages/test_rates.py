@@ -1,71 +1,41 @@
-"""Stage ``rates`` over several days of a generated workload: a flash producer is flagged the
-same day (Feeding Frenzy 5.5) and its pushed edges move to pull in that day's plan."""
+"""Stage ``rates`` over the five churn days: the two flash producers are flagged on the day of
+their flash and on no other (Feeding Frenzy 5.5), and their pushed edges move to pull in that
+day's plan."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
-import pytest
-
-from jobs.common.config import Settings
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
-from jobs.stages import runner
-from jobs.workloads.generate import PROFILES, flash_producer_ids, generate, scaled
-
-START = dt.date(2026, 2, 1)
+from support.workloads import FLASH_DAY, days, edge_modes, flashing
 
 
-@pytest.fixture(scope="module")
-def flash_run(spark, tmp_path_factory):
-    profile = dataclasses.replace(
-        scaled(PROFILES["ff2010"], 0.004), flash_producers=2, flash_day=2, flash_factor=30.0
-    )
-    root = tmp_path_factory.mktemp("flash")
-    generate(Storage.at(str(root / "landing")), START, 3, profile, seed=5)
-    s = Settings(
-        landing=str(root / "landing"),
-        warehouse=str(root / "wh"),
-        strategy="ff-per-pair",
-        strategies=("ff-per-pair",),  # the plan only has to move the flash producers' edges
-        shuffle_partitions=4,
-    )
-    for i in range(3):
-        for stage in ("ingest", "rates", "plan"):
-            runner.run_stage(stage, s, START + dt.timedelta(days=i), spark)
-    return s, flash_producer_ids(profile, 5)
+def table(spark, settings, layer: str, name: str, ds: dt.date):
+    return read_partition(spark, Storage.at(settings.warehouse), contract(layer, name), ds)
 
 
-def test_flash_producers_are_flagged_on_the_day_and_only_then(spark, flash_run):
-    s, flashing = flash_run
-    wh = Storage.at(s.warehouse)
-    pr = contract("rates", "producer_rates")
-    for i in range(3):
-        flagged = {
-            r.producer_id
-            for r in read_partition(spark, wh, pr, START + dt.timedelta(days=i))
-            .where("flash")
-            .collect()
-        }
-        assert flagged == (set(flashing) if i == 2 else set()), i
-    record = read_record(wh, START + dt.timedelta(days=2), "rates")
-    assert record["flash_producers"] == 2 and set(record["flash_listed"]) == set(flashing)
+def test_flash_producers_are_flagged_on_the_day_and_only_then(spark, built):
+    flash = flashing()
+    assert len(flash) == 2
+    for ds in days():
+        rates = table(spark, built, "rates", "producer_rates", ds)
+        flagged = {r.producer_id for r in rates.where("flash").collect()}
+        assert flagged == (flash if ds == FLASH_DAY else set()), ds
+    record = read_record(Storage.at(built.warehouse), FLASH_DAY, "rates")
+    assert record["flash_producers"] == 2 and set(record["flash_listed"]) == flash
 
 
-def test_pushed_edges_of_a_flash_producer_move_to_pull_the_same_day(spark, flash_run):
-    s, flashing = flash_run
-    wh = Storage.at(s.warehouse)
-    ep = contract("plan", "edge_plan")
+def test_pushed_edges_of_a_flash_producer_move_to_pull_the_same_day(spark, built):
+    flash = flashing()
 
-    def modes(day):
-        rows = read_partition(spark, wh, ep, START + dt.timedelta(days=day)).collect()
-        return [r.mode for r in rows if r.producer_id in flashing]
+    def modes(ds: dt.date) -> list[str]:
+        return [m for (_, p), m in edge_modes(spark, built, ds).items() if p in flash]
 
-    before, during = modes(1), modes(2)
+    before, during = modes(FLASH_DAY - dt.timedelta(days=1)), modes(FLASH_DAY)
     assert "push" in before  # the flash producers had pushed edges the day before
     assert during and set(during) == {"pull"}
-    cost = read_partition(spark, wh, contract("plan", "plan_cost"), START + dt.timedelta(days=2))
-    served = cost.where("chosen").collect()[0]
+    cost = table(spark, built, "plan", "plan_cost", FLASH_DAY)
+    (served,) = cost.where("chosen").collect()
     assert served.mode_changes >= before.count("push")

@@ -9,6 +9,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -55,3 +56,49 @@ def s3_server() -> Iterator[dict[str, str]]:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextmanager
+def connect_server(root: Path) -> Iterator[tuple[str, Path]]:
+    """``feedpipe connect-server`` on a free port with a 1 GB heap and its event log in
+    ``root/events``; yields its URL and that folder, whose log is complete once the server
+    has stopped (after the block)."""
+    import signal
+    import socket
+
+    events = root / "events"
+    events.mkdir(parents=True)
+    port = free_port()
+    env = {**os.environ, "FEEDPIPE_DRIVER_MEMORY": "1g"}
+    env["FEEDPIPE_SPARK_CONF"] = (
+        f"spark.eventLog.enabled=true,spark.eventLog.compress=false,spark.eventLog.dir={events}"
+    )
+    with (root / "server.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs", "connect-server", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError((root / "server.log").read_text()[-4000:]) from None
+                    time.sleep(0.5)
+            yield f"sc://127.0.0.1:{port}", events
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def logged(events: Path) -> str:
+    """Everything a Spark event log folder holds, as text."""
+    return "\n".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())

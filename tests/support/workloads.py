@@ -2,8 +2,10 @@
 
 ``churn``: five days of ``ff2010`` at scale 0.004 (about 800 consumers) with 3% of edges
 unfollowed and as many followed every day, its tables in mixed formats (CSV follows, JSON
-Lines events, Parquet views, gzipped text), plus a producer that posts far faster than the
-others, followed from day 2 by 25 consumers. ``build`` runs the stages over it.
+Lines events, Parquet views, gzipped text), two popular producers posting 30 times their
+rate on the third day (a flash event, Feeding Frenzy 5.5), plus a producer that posts far
+faster than the others, followed from day 2 by 25 consumers. ``build`` runs the stages over
+it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ K_P = 2
 HOURS = 6.0
 FAST = "fast-producer"
 BUILD = ("ingest", "rates", "plan", "materialize")
+SEED = 11
+FLASH_DAY = START + dt.timedelta(days=2)
 PURE = ("push-all", "pull-all")
 
 
@@ -52,18 +56,51 @@ def add_fast_producer(landing: Path, consumers: list[str]) -> None:
         (landing / "events" / f"ds={day}" / "fast.jsonl").write_text(text)
 
 
+def profile():
+    """The churn days' generator profile."""
+    from jobs.workloads.generate import PROFILES, scaled
+
+    return dataclasses.replace(
+        scaled(PROFILES["ff2010"], 0.004),
+        unfollow_share=0.03,
+        flash_producers=2,
+        flash_day=(FLASH_DAY - START).days,
+        flash_factor=30.0,
+    )
+
+
+def flashing() -> set[str]:
+    """The producers with a flash event on ``FLASH_DAY``."""
+    from jobs.workloads.generate import flash_producer_ids
+
+    return set(flash_producer_ids(profile(), SEED))
+
+
 def churn(landing: Path) -> Path:
     from jobs.common.storage import Storage
-    from jobs.workloads.generate import PROFILES, generate, scaled
+    from jobs.workloads.generate import generate
 
-    profile = dataclasses.replace(scaled(PROFILES["ff2010"], 0.004), unfollow_share=0.03)
     formats = {"follows": "csv", "events": "jsonl", "views": "parquet"}
     generate(
-        Storage.at(str(landing)), START, DAYS, profile, seed=11, formats=formats, gzip_text=True
+        Storage.at(str(landing)), START, DAYS, profile(), seed=SEED, formats=formats, gzip_text=True
     )
     first = naive.graph(landing, START, START)
     add_fast_producer(landing, sorted({c for c, _ in first})[:25])
     return landing
+
+
+def table_rows(spark, settings, layer: str, table: str, ds: dt.date) -> list[tuple]:
+    """A table's partition of day ``ds`` as sorted tuples."""
+    from jobs.common.storage import Storage
+    from jobs.common.tables import contract, read_partition
+
+    df = read_partition(spark, Storage.at(settings.warehouse), contract(layer, table), ds)
+    return sorted(tuple(r) for r in df.collect())
+
+
+def edge_modes(spark, settings, ds: dt.date) -> dict[tuple[str, str], str]:
+    """The served edge plan of day ``ds``: (consumer, producer) -> mode."""
+    return {(c, p): mode for c, p, mode, *_ in table_rows(spark, settings, "plan", "edge_plan", ds)}
 
 
 def days(n: int = DAYS) -> list[dt.date]:
