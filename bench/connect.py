@@ -51,12 +51,11 @@ from bench.day import (
     measured,
     tree_rss_mb,
 )
+from jobs.common.pipeline import LANDING_TABLES
 from jobs.common.storage import Storage
 from jobs.workloads.generate import PROFILES, generate, scaled
 
 ROOT = Path(__file__).resolve().parents[1]
-
-LANDING_TABLES = ("follows", "events", "views")
 
 
 def free_port() -> int:

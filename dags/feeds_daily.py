@@ -3,16 +3,23 @@
 
 Every day, for the logical date `ds`, feedpipe runs its six stages in order, each as its own
 Spark application submitted with `spark-submit` to the master of the `feedpipe_spark`
-connection (`local[*]` on the embedded default):
+connection (`local[*]` on the embedded default), once the day's landing has arrived:
 
-`ingest` -> `rates` -> `plan` -> `materialize` -> `validate` -> `publish`
+`wait_for_landing` -> `ingest` -> `rates` -> `plan` -> `materialize` -> `validate` -> `publish`
+
+`wait_for_landing` is a sensor in reschedule mode (it frees its worker slot between checks):
+it checks every `FEEDPIPE_LANDING_POKE_SECONDS` (300) that the day's `events/` and `views/`
+folders are there (and `follows/` when there is no previous graph; with
+`landing_ready = "marker"`, an upstream `_SUCCESS` in each), and fails after
+`FEEDPIPE_LANDING_TIMEOUT_MINUTES` (720).
 
 Tasks pass nothing but the date: stages read and write tables under the warehouse
 (`FEEDPIPE_WAREHOUSE`, or `warehouse` in `feedpipe.toml`). A failed validation fails
 `validate_tables`, and `publish_day` does not run, so the day is never marked complete.
 
-Manual runs take two typed params: `strategy` (serve this strategy instead of the
-configured one) and `full_refresh` (rebuild the feeds from all clean events).
+Manual runs take typed params: `strategy` (serve this strategy instead of the configured
+one), `full_refresh` (rebuild the feeds from all clean events) and `allow_empty` (landing
+tables to run as empty after a known upstream outage, e.g. `events,views`).
 Every task depends on the same task of the previous run (`depends_on_past`), so days run in
 order. Backfills: `airflow backfill create --dag-id feeds_daily --from-date ... --to-date ...
 --reprocess-behavior failed` (see docs/operations.md).
@@ -27,12 +34,13 @@ import sys
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Param
 
 # the stage order, the task ids and the strategies have one home each in the package (which
 # imports only the standard library here)
 from jobs.common.config import STRATEGIES
-from jobs.common.pipeline import STAGES, TASK_IDS
+from jobs.common.pipeline import STAGES, TASK_IDS, WAIT_TASK_ID
 
 STRATEGY_CHOICES = [None, "auto", *STRATEGIES]
 
@@ -55,10 +63,27 @@ def _stage_env() -> dict[str, str]:
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "FEEDPIPE_STRATEGY": "{{ params.strategy or '' }}",
+        "FEEDPIPE_ALLOW_EMPTY": "{{ params.allow_empty or '' }}",
     }
     if os.environ.get("SPARK_LOCAL_IP"):
         env["SPARK_LOCAL_IP"] = os.environ["SPARK_LOCAL_IP"]
     return env
+
+
+def landing_ready(ds: str, allow_empty: str | None) -> bool:
+    """The sensor's check: day ``ds``'s landing has arrived (jobs/common/readiness.py), under
+    the configuration the stages will run with."""
+    import datetime as dt
+
+    from jobs.common.config import load_settings
+    from jobs.common.readiness import missing
+    from jobs.common.storage import Storage
+
+    settings = load_settings(overrides={"allow_empty": allow_empty or None})
+    gone = missing(settings, dt.date.fromisoformat(ds), Storage.at(settings.warehouse))
+    if gone:  # the task's output is its log
+        print(f"{ds}: waiting for {', '.join(gone.values())}", flush=True)
+    return not gone
 
 
 def _s3a_jars() -> str | None:
@@ -102,6 +127,11 @@ with DAG(
         "full_refresh": Param(
             False, type="boolean", description="Rebuild feeds from all clean events."
         ),
+        "allow_empty": Param(
+            "",
+            type=["null", "string"],
+            description="Landing tables to run as empty (a known outage), e.g. events,views.",
+        ),
     },
     default_args={
         # a day's rates read the previous days' clean events and its feeds build on the
@@ -113,7 +143,15 @@ with DAG(
         "execution_timeout": pendulum.duration(hours=3),
     },
 ) as dag:
-    previous = None
+    previous = PythonSensor(
+        task_id=WAIT_TASK_ID,
+        python_callable=landing_ready,
+        op_kwargs={"ds": "{{ ds }}", "allow_empty": "{{ params.allow_empty or '' }}"},
+        mode="reschedule",
+        poke_interval=float(os.environ.get("FEEDPIPE_LANDING_POKE_SECONDS", "300")),
+        timeout=60 * float(os.environ.get("FEEDPIPE_LANDING_TIMEOUT_MINUTES", "720")),
+        retries=0,  # a timeout is final: the day's landing did not arrive in time
+    )
     for stage in STAGES:
         args = [stage, "--ds", "{{ ds }}"]
         if stage == "materialize":
@@ -130,6 +168,5 @@ with DAG(
             env_vars=_stage_env(),
             retries=0 if stage == "validate" else 2,  # a failed expectation is not transient
         )
-        if previous is not None:
-            previous >> task
+        previous >> task
         previous = task

@@ -27,6 +27,11 @@ SETTING_FLAGS: dict[str, tuple[str, type, str]] = {
     "publish_to": ("--publish-to", str, "also publish complete days to this s3://bucket/prefix"),
     "spark_master": ("--spark-master", str, "Spark master when not launched by spark-submit"),
     "spark_remote": ("--spark-remote", str, "run on this Spark Connect server (sc://host:port)"),
+    "allow_empty": (
+        "--allow-empty",
+        str,
+        "landing tables to run as empty this day (a known outage), e.g. events,views",
+    ),
     "push_cost": ("--push-cost", float, "H, cost of one event pushed into one view"),
     "pull_cost": ("--pull-cost", float, "L, cost of one source read at view time"),
     "feed_k": ("--feed-k", int, "events per feed (k)"),
@@ -432,6 +437,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def known_errors() -> tuple[type[BaseException], ...]:
     from jobs.common.pointers import PublishFailed
+    from jobs.common.readiness import LandingNotReady
     from jobs.common.storage import StorageError
     from jobs.common.tables import ContractError
     from jobs.serving.reader import FeedError
@@ -442,6 +448,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
     return (
         ConfigError,
         ContractError,
+        LandingNotReady,
         StorageError,
         SourceError,
         PublishRefused,

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.common.pipeline import LANDING_TABLES
+
 STRATEGIES: tuple[str, ...] = (
     "push-all",
     "pull-all",
@@ -51,6 +53,7 @@ SERVED_RATE_METHODS: tuple[str, ...] = RATE_METHODS[:2]
 evaluation's baseline only (it can forecast a rate of 0)."""
 
 COHERENCY_MODES = ("global", "per_producer")
+LANDING_READINESS = ("folders", "marker")
 LATENCY_METRICS = ("sources", "pulls")
 
 
@@ -123,6 +126,28 @@ class Settings:
     """Lower bound (per hour) of the prior rate, so no id ever has rate 0."""
     max_lateness_days: int = 30
     """Events whose created_at is older than this many days before ds are quarantined."""
+    landing_ready: str = "folders"
+    """When a day's landing counts as arrived (jobs/common/readiness.py): ``folders``, each
+    required ``TABLE/ds=D`` folder exists; ``marker``, each holds ``landing_marker`` too (the
+    upstream export writes it last)."""
+    landing_marker: str = "_SUCCESS"
+    """The file an upstream export writes into each folder when it is complete
+    (``landing_ready = "marker"``)."""
+    allow_empty: tuple[str, ...] = ()
+    """Landing tables this run may find missing (a known upstream outage), run as empty:
+    ingest records them in the manifest and the volume gates skip them that day."""
+    volume_low: float = 0.2
+    """Volume gate: ``validate`` fails a day whose events or views rows are below this many
+    times the median of the previous published days (docs/data-contracts.md, "Volume gates")."""
+    volume_high: float = 5.0
+    """...or above this many times it (bursty data such as the Higgs week needs about 30)."""
+    volume_days: int = 7
+    """The median is over up to this many previous published days..."""
+    volume_min_days: int = 3
+    """...and the volume gates are off until there are at least this many."""
+    max_follow_change: float = 0.5
+    """Follow gate: ``validate`` fails a day on which more than this share of the previous
+    day's follow edges changed (edges added plus edges removed, over the previous edges)."""
     max_quarantine_share: float = 0.10
     """A table whose quarantined share (duplicates excluded) exceeds this fails ingest."""
     publish_to: str = ""
@@ -156,6 +181,24 @@ class Settings:
             raise ConfigError(
                 "flash_factor must be > 1, flash_min_events and mode_change_margin >= 0"
             )
+        if self.landing_ready not in LANDING_READINESS:
+            raise ConfigError(
+                f"landing_ready must be one of {', '.join(LANDING_READINESS)}, "
+                f"got {self.landing_ready!r}"
+            )
+        if not self.landing_marker or "/" in self.landing_marker:
+            raise ConfigError(f"landing_marker must be a file name, got {self.landing_marker!r}")
+        strange = [t for t in self.allow_empty if t not in LANDING_TABLES]
+        if strange:
+            raise ConfigError(
+                f"allow_empty names unknown tables {strange}; tables: {', '.join(LANDING_TABLES)}"
+            )
+        if not 0 <= self.volume_low <= 1 <= self.volume_high:
+            raise ConfigError("volume_low must be in [0, 1] and volume_high at least 1")
+        if self.volume_days < 1 or not 1 <= self.volume_min_days <= self.volume_days:
+            raise ConfigError("volume_days must be >= 1 and volume_min_days in [1, volume_days]")
+        if self.max_follow_change < 0:
+            raise ConfigError("max_follow_change must be >= 0")
         if self.max_lateness_days < 0:
             raise ConfigError("max_lateness_days must be >= 0")
         if self.shuffle_partitions < 1:
@@ -231,6 +274,7 @@ class Settings:
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["strategies"] = list(self.strategies)
+        out["allow_empty"] = list(self.allow_empty)
         out["spark_conf"] = dict(self.spark_conf)
         return out
 
@@ -242,7 +286,7 @@ def _coerce(name: str, value: Any) -> Any:
     """Turn a TOML/env/flag value into the field's type, with a clear error."""
     default = _FIELDS[name].default
     try:
-        if name == "strategies":
+        if name in ("strategies", "allow_empty"):
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             return tuple(str(v) for v in value)

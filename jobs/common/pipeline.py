@@ -10,6 +10,16 @@ from __future__ import annotations
 STAGES: tuple[str, ...] = ("ingest", "rates", "plan", "materialize", "validate", "publish")
 """The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages")."""
 
+LANDING_TABLES: tuple[str, ...] = ("follows", "events", "views")
+"""The landing tables ``ingest`` reads, each into ``clean/<table>`` and ``quarantine/<table>``."""
+
+REQUIRED_LANDING: tuple[str, ...] = ("events", "views")
+"""Landing folders every day needs; ``follows`` is needed only when there is no previous day's
+graph to apply a change log to (jobs/common/readiness.py)."""
+
+WAIT_TASK_ID = "wait_for_landing"
+"""The ``feeds_daily`` task that waits for a day's landing before ``ingest``."""
+
 SPARK_STAGES: tuple[str, ...] = STAGES[:-1]
 """The stages that need a Spark session (``publish`` reads Parquet footers only)."""
 

@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-LANDING_TABLES: tuple[str, ...] = ("follows", "events", "views")
-"""The landing tables ``ingest`` reads, each into ``clean/<table>`` and ``quarantine/<table>``."""
-
 DAILY_COUNTS: dict[str, tuple[str, str]] = {
     "events": ("event_counts", "producer_id"),
     "views": ("view_counts", "consumer_id"),

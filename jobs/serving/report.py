@@ -380,8 +380,35 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
                 f"<td class='l'>{failed or '0'}</td></tr>"
             )
         out.append("</table>")
+        out.append(_gates(q.get("gates", [])))
     out.append("</body></html>")
     return "\n".join(x for x in out if x)
+
+
+def _gates(gates: list[dict]) -> str:
+    """The day's volume and follow gates (docs/data-contracts.md, "Volume gates")."""
+    if not gates:
+        return ""
+
+    def num(x: float | None, fmt: str) -> str:
+        return "" if x is None else format(x, fmt)
+
+    out = [
+        "<table id='quality-gates'><tr><th class='l'>gate</th><th class='l'>table</th>"
+        "<th>observed</th><th>reference</th><th>days</th><th>ratio</th><th>allowed</th>"
+        "<th class='l'>verdict</th></tr>"
+    ]
+    for g in gates:
+        verdict = {True: "passed", False: "FAILED", None: "off"}[g["passed"]]
+        out.append(
+            f"<tr class='{'bad' if g['passed'] is False else ''}'><td class='l'>{g['gate']}</td>"
+            f"<td class='l'>{g['table']}</td><td>{num(g['observed'], ',.4g')}</td>"
+            f"<td>{num(g['reference'], ',.0f')}</td><td>{g['days']}</td>"
+            f"<td>{num(g['ratio'], '.3f')}</td><td>{g['lower']:g} to {g['upper']:g}</td>"
+            f"<td class='l'>{verdict}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
 
 
 def _latency(rows: list[dict], served: dict | None, hist: dict | None) -> str:

@@ -21,8 +21,9 @@ from typing import Any
 
 from jobs.common import ledger
 from jobs.common.config import Settings
+from jobs.common.pipeline import LANDING_TABLES
 from jobs.common.storage import Storage
-from jobs.common.tables import LANDING_TABLES, PUBLISHED_TABLES, contract
+from jobs.common.tables import PUBLISHED_TABLES, contract
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
         "ds": ds.isoformat(),
         "settings": settings.as_dict(),
         "input": records.get("ingest", {}).get("tables", {}),
+        "allowed_empty": records.get("ingest", {}).get("allowed_empty", []),
         "quarantine_rows": quarantine,
         "tables": tables,
         "plan": {
@@ -75,7 +77,11 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
             "strategies": sorted(plan_cost, key=lambda r: r["total_cost"]),
         },
         "stages": records,
-        "quality": {"success": True, "suites": len(results.get("suites", {}))},
+        "quality": {
+            "success": True,
+            "suites": len(results.get("suites", {})),
+            "gates": results.get("gates", []),
+        },
     }
     if settings.publish_to:
         from jobs.stages.publish_s3 import publish_day

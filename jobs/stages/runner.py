@@ -1,10 +1,12 @@
 """Running stages: one day, all stages of a day, or a range of days.
 
-Each stage's result is recorded in the day's ledger (``jobs.common.ledger``:
-``manifests/ds=D/stages/<stage>.json``). Starting a stage first withdraws what depended on
-the old version of its outputs (the records of the later stages, the validation results and
-the day's ``_SUCCESS``), so a rerun of, say, ``plan`` cannot be published with feeds made
-from the previous plan. The warehouse is opened once per run and handed to every stage.
+``ingest`` first checks that the day's landing has arrived (``jobs.common.readiness``) and
+refuses the day, changing nothing, when it has not. Each stage's result is recorded in the
+day's ledger (``jobs.common.ledger``: ``manifests/ds=D/stages/<stage>.json``). Starting a
+stage first withdraws what depended on the old version of its outputs (the records of the
+later stages, the validation results and the day's ``_SUCCESS``), so a rerun of, say,
+``plan`` cannot be published with feeds made from the previous plan. The warehouse is opened
+once per run and handed to every stage.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from jobs.common import ledger
+from jobs.common import ledger, readiness
 from jobs.common.config import Settings
 from jobs.common.dates import days
 from jobs.common.pipeline import REPORTED, SPARK_STAGES, STAGES
@@ -41,6 +43,8 @@ def run_stage(
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     wh = wh or Storage.at(settings.warehouse)
+    if stage == "ingest":  # a day whose landing has not arrived changes nothing
+        readiness.check(settings, ds, wh)
     ledger.withdraw(wh, ds, stage)
     started = time.monotonic()
     if stage == "publish":
@@ -91,11 +95,13 @@ def run_day(
 ) -> dict[str, dict[str, Any]]:
     """All stages (or ``only`` these) of one day in one Spark application."""
     chosen = only or STAGES
+    wh = wh or Storage.at(settings.warehouse)
+    if "ingest" in chosen:  # refused before a Spark session is started for it
+        readiness.check(settings, ds, wh)
     if spark is None and any(s in SPARK_STAGES for s in chosen):
         from jobs.common.spark import build_session
 
         spark = build_session(settings, f"feedpipe-run-{ds}")
-    wh = wh or Storage.at(settings.warehouse)
     return {s: run_stage(s, settings, ds, spark, full_refresh, wh) for s in chosen}
 
 

@@ -191,9 +191,116 @@ def accounting_check(
     return spark.createDataFrame(rows, schema)
 
 
+VOLUME_TABLES = ("events", "views")
+"""Landing tables whose daily row counts the volume gates watch (follows, a change log, is
+watched by the share of edges it changed instead)."""
+
+
+def previous_manifests(wh: Storage, ds: dt.date, limit: int) -> list[dict[str, Any]]:
+    """The manifests of up to ``limit`` published days before ``ds``, newest first."""
+    out: list[dict[str, Any]] = []
+    for day in reversed(wh.list_partitions(ledger.MANIFESTS)):
+        if len(out) == limit:
+            break
+        if day < ds and ledger.is_published(wh, day) and wh.exists(*ledger.manifest_parts(day)):
+            out.append(json.loads(wh.read_text(*ledger.manifest_parts(day))))
+    return out
+
+
+def volume_gate(
+    table: str, today: int, past: list[int], settings: Settings, allowed: bool = False
+) -> dict[str, Any]:
+    """A table's rows read today (a header-only file counts 0) against the median of ``past``
+    (the previous published days', newest first): within ``[volume_low, volume_high]`` times
+    it. Off (``passed`` null) with fewer than ``volume_min_days`` days, a median of 0, or a
+    table run as empty on purpose (``allowed``)."""
+    import statistics
+
+    median = statistics.median(past) if past else None
+    on = not allowed and len(past) >= settings.volume_min_days and bool(median)
+    ratio = today / median if on and median else None
+    return {
+        "gate": "volume",
+        "table": table,
+        "observed": float(today),
+        "reference": float(median) if median is not None else None,
+        "days": len(past),
+        "ratio": ratio,
+        "lower": settings.volume_low,
+        "upper": settings.volume_high,
+        "passed": None if ratio is None else settings.volume_low <= ratio <= settings.volume_high,
+    }
+
+
+def follow_gate(follows: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Edges added plus removed over the previous graph's edges (ingest's counts), at most
+    ``max_follow_change``; off on a day without a previous graph."""
+    before = follows.get("edges_before")
+    share = (follows["edges_added"] + follows["edges_removed"]) / before if before else None
+    return {
+        "gate": "follow_change",
+        "table": "follows",
+        "observed": share,
+        "reference": float(before) if before is not None else None,
+        "days": 1 if before is not None else 0,
+        "ratio": share,
+        "lower": 0.0,
+        "upper": settings.max_follow_change,
+        "passed": None if share is None else share <= settings.max_follow_change,
+    }
+
+
+def gates(
+    settings: Settings, ds: dt.date, wh: Storage, ingest: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The day's gates (docs/data-contracts.md, "Volume gates"), one row each: a
+    :func:`volume_gate` per table of ``VOLUME_TABLES`` over up to ``volume_days`` previous
+    published days (those that ran the table as empty on purpose left out), and the
+    :func:`follow_gate`. Reads a few small JSON files, no Spark."""
+    history = previous_manifests(wh, ds, settings.volume_days)
+    allowed = set(ingest.get("allowed_empty", []))
+    out = []
+    for table in VOLUME_TABLES:
+        past = [
+            int(m["input"][table]["rows_in"])
+            for m in history
+            if table in m.get("input", {}) and table not in m.get("allowed_empty", [])
+        ]
+        today = int(ingest["tables"].get(table, {}).get("rows_in", 0))
+        out.append(volume_gate(table, today, past, settings, table in allowed))
+    out.append(follow_gate(ingest["tables"].get("follows", {}), settings))
+    return out
+
+
+def gate_line(g: dict[str, Any], ds: dt.date | str) -> str:
+    """Why a gate failed, in words and figures."""
+    if g["gate"] == "volume":
+        return (
+            f"volume gate: {g['table']} has {g['observed']:,.0f} rows on {ds}, "
+            f"{g['ratio']:.2f}x the median {g['reference']:,.0f} of the {g['days']} previous "
+            f"published days (allowed {g['lower']:g}x to {g['upper']:g}x: volume_low, volume_high)"
+        )
+    return (
+        f"follow gate: {g['observed']:.1%} of the {g['reference']:,.0f} follow edges changed on "
+        f"{ds} (allowed up to {g['upper']:.0%}: max_follow_change)"
+    )
+
+
+GATES_SCHEMA = (
+    "gate string, table string, observed double, reference double, days int, ratio double, "
+    "lower double, upper double, passed boolean"
+)
+
+
 def check_frames(
-    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage
+    spark: SparkSession,
+    settings: Settings,
+    ds: dt.date,
+    wh: Storage,
+    day_gates: list[dict[str, Any]] | None = None,
 ) -> dict[str, DataFrame]:
+    """Each suite's check frame; ``day_gates``: the day's :func:`gates` (computed here when
+    not given)."""
     from pyspark.sql import functions as F
 
     def t(layer: str, name: str) -> DataFrame:
@@ -223,6 +330,10 @@ def check_frames(
     ingested = ledger.read_record(wh, ds, "ingest")
     if ingested is not None:
         frames["ingest.accounting"] = accounting_check(spark, wh, ds, ingested)
+        if day_gates is None:
+            day_gates = gates(settings, ds, wh, ingested)
+        rows = [tuple(g.values()) for g in day_gates]
+        frames["ingest.gates"] = spark.createDataFrame(rows, GATES_SCHEMA)
     return frames
 
 
@@ -335,9 +446,12 @@ def _copy_tree(local: Path, wh: Storage, *dest: str) -> None:
 
 
 def summary(results: dict[str, Any]) -> str:
-    lines = []
+    """What failed, on one line: the failed gates in words and figures, then every other
+    failed expectation."""
+    ds = results.get("ds", "the day")
+    lines = [gate_line(g, ds) for g in results.get("gates", []) if g["passed"] is False]
     for name, r in results["suites"].items():
-        if r["success"]:
+        if r["success"] or name == "ingest.gates":
             continue
         for f in r["failed"]:
             detail = (
@@ -346,7 +460,7 @@ def summary(results: dict[str, Any]) -> str:
                 else f"observed {f['observed_value']}"
             )
             lines.append(f"{name}: {f['expectation']} {f['kwargs']} ({detail})")
-    return "\n".join(lines)
+    return "; ".join(lines)
 
 
 def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
@@ -357,16 +471,22 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
 
 
 def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
-    frames = check_frames(spark, settings, ds, wh)
+    ingested = ledger.read_record(wh, ds, "ingest")
+    day_gates = gates(settings, ds, wh, ingested) if ingested is not None else []
+    frames = check_frames(spark, settings, ds, wh, day_gates)
     quality = ledger.quality_parts(ds)
     with tempfile.TemporaryDirectory(prefix="feedpipe-docs-") as tmp:
         results = validate_frames(frames, {"feed_k": settings.feed_k}, Path(tmp))
         wh.delete(*quality, "docs")
         _copy_tree(Path(tmp), wh, *quality, "docs")
     results["ds"] = ds.isoformat()
+    results["gates"] = day_gates
     wh.write_text(json.dumps(results, indent=2, default=str), *ledger.results_parts(ds))
     if not results["success"]:
-        raise ValidationFailed(f"validation failed for {ds}:\n{summary(results)}")
+        raise ValidationFailed(
+            f"validation failed for {ds}: {summary(results)} "
+            f"(details: {wh.uri(*ledger.results_parts(ds))})"
+        )
     return {
         "success": True,
         "suites": len(results["suites"]),

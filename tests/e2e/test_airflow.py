@@ -5,7 +5,8 @@ spark-submit to ``local[*]``. Then Airflow's api-server, scheduler and dag-proce
 127.0.0.1: a backfill requested through the REST API runs days 2 and 3 in order, forcing a
 strategy through the run's params, with the workers' ``FEEDPIPE_SPARK_REMOTE`` naming a
 long-lived Spark Connect server (docs/operations.md), and the plugin's pages are fetched from
-the API server. Every task must succeed on its first try.
+the API server. Every task must succeed on its first try. Last, a day whose landing never
+arrived: the sensor waits, times out and fails the run before ``ingest``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.common.pipeline import STAGES, TASK_IDS
+from jobs.common.pipeline import STAGES, TASK_IDS, WAIT_TASK_ID
 from jobs.common.storage import Storage
 from jobs.dev.local_airflow import LocalAirflow, airflow, airflow_env, dags_test, migrate
 from jobs.serving.reader import FeedReader
@@ -150,7 +151,7 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
 
     assert sorted(tasks) == [str(d) for d in [START, *BACKFILLED]]
     for day, by_task in tasks.items():
-        assert set(by_task) == set(TASK_IDS.values()), day
+        assert set(by_task) == {WAIT_TASK_ID, *TASK_IDS.values()}, day
         for task_id, ti in by_task.items():
             assert (ti["state"], ti["try_number"]) == ("success", 1), (day, task_id)
     for before, after in itertools.pairwise(sorted(tasks)):  # depends_on_past: in day order
@@ -193,3 +194,28 @@ def check_plugin_pages(af, warehouse: Path, days: list[dt.date]) -> None:
             assert ("(served)" in cells[0]) == r["chosen"]
     assert af.request("GET", "/feedpipe/days/2025-13-01")[0] == 400
     assert af.request("GET", "/feedpipe/days/2020-01-01")[0] == 404
+
+
+def test_a_day_whose_landing_never_arrives_fails_at_the_sensor(home):
+    """``dags test`` of a day without landing files, with a sensor that checks every second
+    and gives up after 6 seconds: the run fails at ``wait_for_landing`` (what its check logs:
+    tests/unit/test_dag_file.py), no stage runs and nothing of the day is written."""
+    env, _, warehouse = home
+    day = START + dt.timedelta(days=30)
+    fast = {**env, "FEEDPIPE_LANDING_POKE_SECONDS": "1", "FEEDPIPE_LANDING_TIMEOUT_MINUTES": "0.1"}
+    result = dags_test(fast, day)
+    listed = airflow(
+        fast, "tasks", "states-for-dag-run", "feeds_daily", run_id(fast, day), "-o", "json"
+    )
+    states = {t["task_id"]: t["state"] for t in last_json(listed.stdout)}
+    assert states[WAIT_TASK_ID] == "failed", result.stderr[-3000:]
+    assert {states[TASK_IDS[s]] for s in STAGES} == {"upstream_failed"}
+    assert (
+        not list(warehouse.glob(f"*/*/ds={day}"))
+        and not (warehouse / "manifests" / f"ds={day}").exists()
+    )
+
+
+def run_id(env: dict[str, str], day: dt.date) -> str:
+    runs = last_json(airflow(env, "dags", "list-runs", "feeds_daily", "-o", "json").stdout)
+    return next(r["run_id"] for r in runs if r["logical_date"][:10] == str(day))

@@ -48,6 +48,23 @@ def test_higgs(tmp_path):
     assert sorted(p.name for p in (tmp_path / "follows").iterdir()) == ["ds=2012-07-01"]
     assert len(follows) == result["follows"]["edges"]
 
+    # the volume gates on the week's events (views are as many): the 07-04 burst, 22.2x the
+    # median of the three days before, fails the default band; the documented setting for
+    # such data (docs/data-contracts.md, "Volume gates") lets the whole week through
+    from jobs.common.config import Settings
+    from jobs.stages.validate import volume_gate
+
+    counts = list(result["days"].values())
+
+    def verdicts(settings: Settings) -> list[bool | None]:
+        return [
+            volume_gate("events", counts[i], counts[max(0, i - 7) : i][::-1], settings)["passed"]
+            for i in range(len(counts))
+        ]
+
+    assert verdicts(Settings()) == [None, None, None, False, True, True, True]
+    assert verdicts(Settings(volume_high=30)) == [None, None, None, True, True, True, True]
+
 
 def test_higgs_week_through_the_pipeline(spark, tmp_path):
     """All seven Higgs days through ingest, rates, plan and materialize; every day, the

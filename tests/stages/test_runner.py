@@ -4,10 +4,13 @@ depended on its old outputs."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+from pathlib import Path
 
 import pytest
 
-from jobs.common import ledger
+from jobs import cli
+from jobs.common import ledger, readiness
 from jobs.common.storage import Storage
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
@@ -46,14 +49,62 @@ def test_rerun_of_a_day_gives_the_same_rows(spark, built_copy):
     assert len(served) == 1
 
 
-def test_a_rerun_stage_withdraws_the_later_records_and_the_days_publication(spark, built_copy):
+def tree(root: str) -> dict[str, bytes]:
+    """Every file below ``root`` with its content."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in Path(root).rglob("*") if p.is_file()}
+
+
+def test_a_rerun_stage_withdraws_the_later_records_and_the_days_publication(
+    spark, built_copy, tmp_path, capsys
+):
     s, wh = built_copy, Storage.at(built_copy.warehouse)
     for stage in ("validate", "publish"):
         runner.run_stage(stage, s, LAST, spark)
     assert ledger.is_published(wh, LAST) and ledger.latest(wh) == LAST
+
+    # a rerun whose landing never arrived (no landing at all, or no folder of the day) is
+    # refused in one line naming the day and the paths, and changes nothing
+    before = tree(s.warehouse)
+    other_day = tmp_path / "partial" / "events" / "ds=2020-01-01"
+    other_day.mkdir(parents=True)
+    for landing in (tmp_path / "does-not-exist", tmp_path / "partial"):
+        for verb in ("run", "ingest"):
+            args = [verb, "--ds", str(LAST), "--landing", str(landing), "--warehouse", s.warehouse]
+            assert cli.main(args) == 1
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert line == (
+                f"feedpipe: error: {LAST}: landing not ready, missing "
+                f"{landing}/events/ds={LAST}, {landing}/views/ds={LAST} (after a known upstream "
+                "outage, run the day with --allow-empty events,views)"
+            )
+    assert tree(s.warehouse) == before
+    assert ledger.is_published(wh, LAST)
     runner.run_stage("plan", s, LAST, spark)
     assert not ledger.is_published(wh, LAST)
     assert set(ledger.read_records(wh, LAST)) == {"ingest", "rates", "plan"}
     assert not wh.exists(*ledger.results_parts(LAST))  # the validation results went too
     with pytest.raises(PublishRefused, match="has not been validated"):
         runner.run_stage("publish", s, LAST, spark)
+
+
+def test_a_known_outage_runs_as_empty_when_allowed_and_is_recorded(spark, built_copy, tmp_path):
+    """The day after the churn days, whose events never came: refused, then run with
+    ``allow_empty = events``, which the ingest record (and so the manifest) keeps."""
+    day = LAST + dt.timedelta(days=1)
+    views = tmp_path / "landing" / "views" / f"ds={day}"
+    views.mkdir(parents=True)
+    (views / "v.csv").write_text(f"consumer_id,viewed_at\nu1,{day}T08:00:00Z\nu2,{day}T09:00:00Z\n")
+    s = dataclasses.replace(built_copy, landing=str(tmp_path / "landing"))
+    with pytest.raises(readiness.LandingNotReady, match=f"missing {tmp_path}/landing/events"):
+        runner.run_stage("ingest", s, day, spark)
+    wh = Storage.at(s.warehouse)
+    assert ledger.read_record(wh, day, "ingest") is None
+    allowed = dataclasses.replace(s, allow_empty=("events",))
+    runner.run_stage("ingest", allowed, day, spark)
+    record = ledger.read_record(wh, day, "ingest")
+    assert record["allowed_empty"] == ["events"]
+    assert record["tables"]["events"]["rows_in"] == 0 and record["tables"]["views"]["rows_in"] == 2
+    # no follows folder: the previous day's graph carries over unchanged
+    assert table_rows(spark, s, "clean", "follows", day) == table_rows(
+        spark, s, "clean", "follows", LAST
+    )

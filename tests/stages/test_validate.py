@@ -94,3 +94,79 @@ def test_row_accounting_counts_what_was_written(spark, built_copy):
     got = accounting_check(spark, Storage.at(str(wh)), ds, ingest).toPandas().set_index("table")
     got = got.drop(index="follows")  # no counts for the graph (NaN != NaN)
     assert sorted(got.index[got["clean_rows"] != got["clean_counted"]]) == ["views"]
+
+
+def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
+    spark, built_copy, tmp_path
+):
+    """The churn days 1-4 published (their manifests hold their real ingest counts), then the
+    last day re-delivered as header-only files: events and views at 0 rows against the median
+    of four published days, and an empty follows snapshot that removes every edge. validate
+    fails the day with each gate's figures on one line, publish refuses it and ``latest``
+    stays. Run again with the real follows and ``allow_empty = events,views``, the gates let
+    the known outage through."""
+    import dataclasses
+    import shutil
+
+    from jobs.common import ledger
+    from support.workloads import days
+
+    wh = Storage.at(built_copy.warehouse)
+    for d in days()[:-1]:
+        ledger.mark_published(
+            wh, d, {"ds": str(d), "input": read_record(wh, d, "ingest")["tables"]}
+        )
+    history = [read_record(wh, d, "ingest")["tables"] for d in days()[:-1]]
+    landing = tmp_path / "landing"
+    for table, header in (
+        ("follows", "consumer_id,producer_id"),
+        ("events", "event_id,producer_id,created_at"),
+        ("views", "consumer_id,viewed_at"),
+    ):
+        folder = landing / table / f"ds={LAST}"
+        folder.mkdir(parents=True)
+        (folder / "part-0.csv").write_text(header + "\n")
+    s = dataclasses.replace(built_copy, landing=str(landing))
+    runner.run_stage("ingest", s, LAST, spark)
+    with pytest.raises(ValidationFailed) as failed:
+        runner.run_stage("validate", s, LAST, spark)
+    message = str(failed.value)
+    assert "\n" not in message
+    for table in ("events", "views"):
+        median = sorted(h[table]["rows_in"] for h in history)
+        expected = (median[1] + median[2]) / 2
+        assert (
+            f"volume gate: {table} has 0 rows on {LAST}, 0.00x the median {expected:,.0f} of "
+            "the 4 previous published days (allowed 0.2x to 5x: volume_low, volume_high)"
+        ) in message
+    edges = read_record(wh, LAST, "ingest")["tables"]["follows"]["edges_before"]
+    graph = Path(built_copy.warehouse) / "clean" / "follows" / f"ds={days()[-2]}"
+    assert edges == pads.dataset(str(graph)).count_rows() > 0
+    assert f"follow gate: 100.0% of the {edges:,.0f} follow edges changed on {LAST}" in message
+    results = json.loads(wh.read_text("quality", f"ds={LAST}", "results.json"))
+    assert [g["passed"] for g in results["gates"]] == [False, False, False]
+    assert not results["suites"]["ingest.gates"]["success"]
+    report = Path(built_copy.warehouse) / "reports" / f"ds={LAST}" / "index.html"
+    shown = browser.Page(report.read_text()).rows("quality-gates")[1:]
+    assert [(r[0], r[1], r[-1]) for r in shown] == [
+        ("volume", "events", "FAILED"),
+        ("volume", "views", "FAILED"),
+        ("follow_change", "follows", "FAILED"),
+    ]
+    with pytest.raises(PublishRefused, match="failed validation"):
+        runner.run_stage("publish", s, LAST, spark)
+    assert ledger.latest(wh) == days()[-2]
+
+    shutil.rmtree(landing / "follows")
+    shutil.copytree(Path(built_copy.landing) / "follows", landing / "follows")
+    outage = dataclasses.replace(s, allow_empty=("events", "views"))
+    runner.run_stage("ingest", outage, LAST, spark)
+    runner.run_stage("validate", outage, LAST, spark)
+    results = json.loads(wh.read_text("quality", f"ds={LAST}", "results.json"))
+    volume = [g for g in results["gates"] if g["gate"] == "volume"]
+    assert [(g["table"], g["days"], g["passed"]) for g in volume] == [
+        ("events", 4, None),
+        ("views", 4, None),
+    ]
+    (follow,) = [g for g in results["gates"] if g["gate"] == "follow_change"]
+    assert follow["passed"] is True and 0 < follow["observed"] < 0.5

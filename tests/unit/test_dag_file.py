@@ -8,7 +8,7 @@ import itertools
 from pathlib import Path
 
 from jobs.common.config import STRATEGIES
-from jobs.common.pipeline import STAGES, TASK_IDS
+from jobs.common.pipeline import STAGES, TASK_IDS, WAIT_TASK_ID
 from jobs.dev.local_airflow import REPO
 
 
@@ -23,6 +23,7 @@ def test_dag_structure():
     dag = load_dag()
     assert dag.dag_id == "feeds_daily"
     order = [
+        "wait_for_landing",
         "ingest_landing",
         "estimate_rates",
         "plan_views",
@@ -34,7 +35,11 @@ def test_dag_structure():
     for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     assert dag.max_active_runs == 1 and not dag.catchup
-    assert set(dag.params) == {"strategy", "full_refresh"}
+    assert set(dag.params) == {"strategy", "full_refresh", "allow_empty"}
+    wait = dag.get_task("wait_for_landing")
+    assert wait.mode == "reschedule" and wait.retries == 0  # frees its slot; a timeout is final
+    assert wait.poke_interval == 300 and wait.timeout == 720 * 60
+    assert wait.op_kwargs == {"ds": "{{ ds }}", "allow_empty": "{{ params.allow_empty or '' }}"}
     ingest = dag.get_task("ingest_landing")
     assert ingest.application_args == ["ingest", "--ds", "{{ ds }}"]
     assert ingest.retries == 2 and dag.get_task("validate_tables").retries == 0
@@ -75,7 +80,36 @@ def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
 
 
 def test_the_tasks_are_the_pipelines_stages_in_order():
-    assert [t.task_id for t in load_dag().topological_sort()] == [TASK_IDS[s] for s in STAGES]
+    assert [t.task_id for t in load_dag().topological_sort()] == [
+        WAIT_TASK_ID,
+        *(TASK_IDS[s] for s in STAGES),
+    ]
+
+
+def test_the_sensor_checks_the_days_landing_under_the_stages_configuration(
+    tmp_path, monkeypatch, capsys
+):
+    """``landing_ready``, the sensor's callable, as Airflow calls it (rendered arguments; the
+    settings from the worker's environment, as the stages get them)."""
+    monkeypatch.setenv("FEEDPIPE_LANDING", str(tmp_path / "landing"))
+    monkeypatch.setenv("FEEDPIPE_WAREHOUSE", str(tmp_path / "wh"))
+    monkeypatch.delenv("FEEDPIPE_CONFIG", raising=False)
+    ready = load_dag().get_task("wait_for_landing").python_callable
+    for table in ("follows", "events"):
+        (tmp_path / "landing" / table / "ds=2026-03-01").mkdir(parents=True)
+    assert not ready(ds="2026-03-01", allow_empty="")
+    views = tmp_path / "landing" / "views" / "ds=2026-03-01"
+    assert capsys.readouterr().out == f"2026-03-01: waiting for {views}\n"
+    assert ready(ds="2026-03-01", allow_empty="views")
+    (tmp_path / "landing" / "views" / "ds=2026-03-01").mkdir(parents=True)
+    assert ready(ds="2026-03-01", allow_empty="")
+    monkeypatch.setenv("FEEDPIPE_LANDING_READY", "marker")  # now each folder needs _SUCCESS
+    assert not ready(ds="2026-03-01", allow_empty="")
+
+
+def test_the_stages_get_the_runs_allowed_empty_tables():
+    env = load_dag().get_task("ingest_landing").env_vars
+    assert env["FEEDPIPE_ALLOW_EMPTY"] == "{{ params.allow_empty or '' }}"
 
 
 def test_a_manual_run_can_force_every_strategy_the_plan_knows():
