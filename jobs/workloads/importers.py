@@ -97,15 +97,11 @@ def _ts_start(day: dt.date) -> pa.Array:
     )
 
 
-def import_snap_edges(
-    src: Path,
-    out: Storage,
-    ds: dt.date,
-    reverse: bool = False,
-    activity_profile: str | None = None,
-    days: int = 1,
-    seed: int = 7,
-) -> dict[str, object]:
+def import_edges(
+    src: Path, out: Storage, ds: dt.date, reverse: bool = False
+) -> tuple[EdgeStats, set[tuple[str, str]]]:
+    """A SNAP edge list as day ``ds``'s follows snapshot (Parquet, written in batches), each
+    edge once; returns the line accounting and the edges."""
     stats = EdgeStats()
     seen: set[tuple[str, str]] = set()
     writer = LandingWriter(out, "follows", ds, "parquet", False)
@@ -125,6 +121,19 @@ def import_snap_edges(
     _write_edges(writer, consumers, producers, start)
     writer.close()
     stats.edges = len(seen)
+    return stats, seen
+
+
+def import_snap_edges(
+    src: Path,
+    out: Storage,
+    ds: dt.date,
+    reverse: bool = False,
+    activity_profile: str | None = None,
+    days: int = 1,
+    seed: int = 7,
+) -> dict[str, object]:
+    stats, seen = import_edges(src, out, ds, reverse)
     if stats.edges == 0:
         raise SourceError(
             f"{src}: no edges found ({stats.lines} lines, {stats.malformed} malformed)"
@@ -234,22 +243,7 @@ def import_higgs(src: Path, out: Storage) -> dict[str, object]:
     if not per_day:
         raise SourceError(f"{activity}: no activity rows")
     first = min(per_day)
-    stats = EdgeStats()
-    seen: set[tuple[str, str]] = set()
-    writer = LandingWriter(out, "follows", first, "parquet", False)
-    consumers: list[str] = []
-    producers: list[str] = []
-    at = _ts_start(first)[0].as_py()
-    for c, p in read_snap_edges(network, stats):
-        if (c, p) in seen:
-            stats.duplicates += 1
-            continue
-        seen.add((c, p))
-        consumers.append(c)
-        producers.append(p)
-    _write_edges(writer, consumers, producers, at)
-    writer.close()
-    stats.edges = len(seen)
+    stats, _ = import_edges(network, out, first)
     days = {}
     for day, b in sorted(per_day.items()):
         ts = pa.array(b["ts"], pa.timestamp("us", tz="UTC"))
