@@ -600,7 +600,11 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
             clean = clean_rows(tagged, table)
         write_partition(clean, wh, clean_c, ds)
         if table == "follows" and previous is not None:  # the graph as written against D-1's
-            counts.update(graph_change(previous, read_partition(spark, wh, clean_c, ds)))
+            if files:
+                counts.update(graph_change(previous, read_partition(spark, wh, clean_c, ds)))
+            else:  # no follow changes landed: the previous graph carried over as it was
+                edges = int(wh.dataset(*clean_c.parts(ds)).count_rows())
+                counts.update(edges_before=edges, edges=edges, edges_added=0, edges_removed=0)
         if table != "follows":  # the clean rows as written
             written = read_partition(spark, wh, clean_c, ds)
             counts["clean"] = written.count()

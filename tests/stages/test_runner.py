@@ -105,6 +105,8 @@ def test_a_known_outage_runs_as_empty_when_allowed_and_is_recorded(spark, built_
     assert record["allowed_empty"] == ["events"]
     assert record["tables"]["events"]["rows_in"] == 0 and record["tables"]["views"]["rows_in"] == 2
     # no follows folder: the previous day's graph carries over unchanged
-    assert table_rows(spark, s, "clean", "follows", day) == table_rows(
-        spark, s, "clean", "follows", LAST
-    )
+    graph = table_rows(spark, s, "clean", "follows", LAST)
+    assert table_rows(spark, s, "clean", "follows", day) == graph
+    follows = record["tables"]["follows"]
+    assert (follows["edges_before"], follows["edges"]) == (len(graph), len(graph))
+    assert follows["edges_added"] == follows["edges_removed"] == 0
