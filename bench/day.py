@@ -105,8 +105,11 @@ def measured(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> di
 def rows_in(wh: Path, layer: str, table: str, days: list[dt.date]) -> int:
     import pyarrow.dataset as pads
 
-    folders = [wh / layer / table / f"ds={d}" for d in days]
-    return sum(pads.dataset(str(f)).count_rows() for f in folders if f.is_dir())
+    from jobs.common import versions
+    from jobs.common.storage import Storage
+
+    found = [versions.locate(Storage.at(str(wh)), f"{layer}/{table}", d) for d in days]
+    return sum(pads.dataset(str(wh.joinpath(*f))).count_rows() for f in found if f)
 
 
 def stage_inputs(wh: Path, ds: dt.date, window: list[dt.date]) -> dict[str, int]:

@@ -27,8 +27,11 @@ from typing import Any
 
 import duckdb
 
+from jobs.common import versions
 from jobs.common.config import Settings, load_settings
 from jobs.common.exact import FRACTION_BITS, HALF_BITS, HALF_MASK
+from jobs.common.storage import Storage
+from jobs.common.tables import contract, partition_days
 from jobs.estimators import Window
 from jobs.stages.rates import Z90, window_days
 
@@ -56,11 +59,22 @@ def exact_sum_sql(expr: str) -> str:
     return f"({whole}::BIGINT::DOUBLE + {fraction}::BIGINT::DOUBLE * {2.0**-FRACTION_BITS!r})"
 
 
+def _version(wh: Path, layer: str, table: str, ds: dt.date) -> Path | None:
+    """The folder of the day's version of a warehouse table the stages read, or None."""
+    parts = versions.locate(Storage.at(str(wh)), f"{layer}/{table}", ds)
+    return wh.joinpath(*parts) if parts else None
+
+
 def _days_present(wh: Path, table: str) -> list[dt.date]:
-    folder = wh / "clean" / table
-    return sorted(
-        dt.date.fromisoformat(p.name[3:]) for p in folder.glob("ds=*") if any(p.glob("*.parquet"))
-    )
+    c = contract("clean", table)
+    return [d for d in partition_days(Storage.at(str(wh)), c) if _version(wh, "clean", table, d)]
+
+
+def _must(wh: Path, layer: str, table: str, ds: dt.date) -> Path:
+    folder = _version(wh, layer, table, ds)
+    if folder is None:
+        raise FileNotFoundError(f"{layer}/{table} has no version on {ds} in {wh}")
+    return folder
 
 
 def _files(folder: Path) -> str:
@@ -73,11 +87,11 @@ def _out(out: Path, table: str, ds: dt.date) -> Path:
 
 def _read_days(wh: Path, table: str, days: list[dt.date]) -> str:
     """SQL for the clean table's rows of ``days`` with a ``ds`` column."""
-    folders = [(d, wh / "clean" / table / f"ds={d}") for d in days]
+    folders = [(d, _version(wh, "clean", table, d)) for d in days]
     parts = [
         f"SELECT *, DATE '{d}' AS ds FROM read_parquet('{_files(f)}')"
         for d, f in folders
-        if f.is_dir()
+        if f is not None
     ]
     return " UNION ALL ".join(parts)
 
@@ -161,7 +175,7 @@ def _estimate_sql(daily: str, ids: str, id_col: str, offsets: list[int], s: Sett
 def rates(con: duckdb.DuckDBPyConnection, wh: Path, out: Path, ds: dt.date, s: Settings) -> dict:
     days = window_days(_days_present(wh, "events"), ds, s.rate_window_days)
     offsets = [(d - ds).days for d in days]
-    follows = f"read_parquet('{_files(wh / 'clean' / 'follows' / f'ds={ds}')}')"
+    follows = f"read_parquet('{_files(_must(wh, 'clean', 'follows', ds))}')"
     prev = ds - dt.timedelta(days=1)
 
     def daily(table: str, id_col: str) -> str:
@@ -240,7 +254,7 @@ def rates(con: duckdb.DuckDBPyConnection, wh: Path, out: Path, ds: dt.date, s: S
 
 
 def plan(con: duckdb.DuckDBPyConnection, wh: Path, out: Path, ds: dt.date, s: Settings) -> dict:
-    follows = f"read_parquet('{_files(wh / 'clean' / 'follows' / f'ds={ds}')}')"
+    follows = f"read_parquet('{_files(_must(wh, 'clean', 'follows', ds))}')"
     prev_plan = _out(out, "edge_plan", ds - dt.timedelta(days=1))
     current = (
         f"SELECT consumer_id, producer_id, mode AS current_mode FROM read_parquet('{prev_plan}')"
@@ -387,7 +401,7 @@ def compare(warehouse: str, out: Path, ds: dt.date) -> dict[str, Any]:
     con = duckdb.connect()
 
     def spark(layer: str, table: str) -> str:
-        return f"read_parquet('{_files(wh / layer / table / f'ds={ds}')}')"
+        return f"read_parquet('{_files(_must(wh, layer, table, ds))}')"
 
     def ref(table: str) -> str:
         return f"read_parquet('{_out(out, table, ds)}')"

@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from jobs.common import versions
 from jobs.common.config import load_settings
 from jobs.common.spark import build_session
+from jobs.common.storage import Storage
 from jobs.common.tables import contract, plain_encoding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(load_settings(None), f"feedpipe-bench-encoding-{c.name}")
     from pyspark.sql import functions as F
 
-    src = Path(args.warehouse) / c.layer / c.name / f"ds={args.ds}"
+    found = versions.locate(Storage.at(args.warehouse), c.ref(), args.ds)
+    if found is None:
+        raise SystemExit(f"{args.table} has no version on {args.ds} in {args.warehouse}")
+    src = Path(args.warehouse).joinpath(*found)
     kept = spark.read.parquet(str(src)).repartition(8, c.sort_by[0]).persist()
     rows = kept.count()
     out = kept.repartitionByRange(4, F.col(c.sort_by[0])).sortWithinPartitions(*c.sort_by)

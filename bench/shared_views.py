@@ -30,7 +30,7 @@ from bench import provenance
 from jobs.common.config import load_settings
 from jobs.common.spark import build_session
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition
+from jobs.common.tables import contract, has_partition, read_partition
 from jobs.selection import views
 from jobs.stages import runner
 from jobs.stages.plan import day_edges
@@ -88,7 +88,7 @@ def main() -> None:
         ("clean", "follows", "ingest"),
         ("rates", "producer_rates", "rates"),
     ):
-        if not wh.is_dir(*contract(layer, table).parts(DAY)):
+        if not has_partition(wh, contract(layer, table), DAY):
             t = time.perf_counter()
             runner.run_stage(stage, base, DAY, spark)
             result["stages"][stage] = round(time.perf_counter() - t, 1)

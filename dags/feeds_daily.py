@@ -35,14 +35,27 @@ import sys
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.sensors.python import PythonSensor
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Asset, Param
 
 # the stage order, the task ids and the strategies have one home each in the package (which
 # imports only the standard library here)
 from jobs.common.config import STRATEGIES
-from jobs.common.pipeline import STAGES, TASK_IDS, WAIT_TASK_ID
+from jobs.common.pipeline import (
+    PUBLISHED_ASSET,
+    STAGES,
+    TASK_IDS,
+    WAIT_TASK_ID,
+    published_asset_uri,
+)
 
 STRATEGY_CHOICES = [None, "auto", *STRATEGIES]
+
+PUBLISHED_FEEDS = Asset(
+    name=PUBLISHED_ASSET,
+    uri=published_asset_uri(os.environ.get("FEEDPIPE_WAREHOUSE") or "var/warehouse"),
+)
+"""Updated by ``publish_day`` each time a day is published (a refused or gated day fails its
+task and updates nothing): schedule a downstream DAG on it."""
 
 
 def _entry_point() -> str:
@@ -167,6 +180,7 @@ with DAG(
             conf=_driver_conf(),
             env_vars=_stage_env(),
             retries=0 if stage == "validate" else 2,  # a failed expectation is not transient
+            outlets=[PUBLISHED_FEEDS] if stage == "publish" else [],
         )
         previous >> task
         previous = task

@@ -1,7 +1,7 @@
 """The ``feedpipe`` command line (also ``python -m jobs``, and the spark-submit entry point).
 
 Verbs: generate, run, backfill, ingest, rates, plan, materialize, validate, publish, feed,
-report, connect-server, config. Settings come from ``--config``/``FEEDPIPE_CONFIG``, then
+tables, report, connect-server, config. Settings come from ``--config``/``FEEDPIPE_CONFIG``, then
 ``FEEDPIPE_*`` variables, then the flags below, later ones winning.
 """
 
@@ -170,6 +170,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the copy published to publish_to (its latest day, or --ds) instead of the "
         "warehouse",
     )
+    f.add_argument(
+        "--unpublished",
+        action="store_true",
+        help="debugging: read the day's latest complete run, published or not (by default "
+        "only published versions are read)",
+    )
+
+    tb = sub.add_parser(
+        "tables",
+        parents=[common],
+        help="where each published table of each day is (what queries should read)",
+    )
+    tb.add_argument("table", nargs="?", help="one table, e.g. feeds/consumer_feed (default: all)")
+    tb.add_argument("--ds", type=_date, help="one day (default: every published day)")
+    tb.add_argument("--format", choices=("table", "json", "paths"), default="table")
+    tb.add_argument(
+        "--unpublished", action="store_true", help="the day's latest complete run instead"
+    )
 
     rp = sub.add_parser(
         "evaluate",
@@ -297,12 +315,15 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
             raise ConfigError("--published needs publish_to (--publish-to or FEEDPIPE_PUBLISH_TO)")
         reader = FeedReader.published_copy(settings.publish_to, args.ds)
     else:
-        reader = FeedReader(settings.warehouse, _latest_or(args.ds, settings))
+        reader = FeedReader(
+            settings.warehouse, _latest_or(args.ds, settings), unpublished=args.unpublished
+        )
     ds = reader.ds
 
-    if not reader.published:
+    if args.unpublished:
         print(
-            f"feedpipe: warning: {ds} is not published (validation or publish pending)",
+            f"feedpipe: warning: reading the latest complete run of {ds}, "
+            f"{'its published version' if reader.published else 'not a published version'}",
             file=sys.stderr,
         )
     if args.consumer is not None:
@@ -320,6 +341,31 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
         feeds = reader.feeds(chunk, args.k)
         for c in chunk:
             print(json.dumps({"consumer_id": c, "feed": feed_json(feeds[c])}))
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.serving.published import locations
+
+    if args.unpublished and args.ds is None:
+        raise ConfigError("--unpublished needs --ds")
+    found = locations(settings.warehouse, args.table, args.ds, args.unpublished)
+    if args.format == "json":
+        rows = [
+            {"ds": x.ds.isoformat(), "table": x.table, "location": x.uri, "rows": x.rows}
+            for x in found
+        ]
+        print(json.dumps(rows, indent=2))
+    elif args.format == "paths":
+        for x in found:
+            print(x.uri)
+    else:
+        for x in found:
+            print(f"{x.ds}  {x.table:<26} {x.uri}")
+    if not found:
+        what = f"{args.table or 'any table'} on {args.ds or 'any day'}"
+        print(f"feedpipe: nothing published for {what} in {settings.warehouse}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -396,6 +442,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_feed(args, settings)
     if verb == "import":
         return cmd_import(args, settings)
+    if verb == "tables":
+        return cmd_tables(args, settings)
     if verb == "report":
         return cmd_report(args, settings)
     if verb == "evaluate":
@@ -440,6 +488,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
     from jobs.common.readiness import LandingNotReady
     from jobs.common.storage import StorageError
     from jobs.common.tables import ContractError
+    from jobs.common.versions import LegacyLayout
     from jobs.serving.reader import FeedError
     from jobs.stages.publish import PublishRefused
     from jobs.stages.validate import ValidationFailed
@@ -449,6 +498,7 @@ def known_errors() -> tuple[type[BaseException], ...]:
         ConfigError,
         ContractError,
         LandingNotReady,
+        LegacyLayout,
         StorageError,
         SourceError,
         PublishRefused,

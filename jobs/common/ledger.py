@@ -5,7 +5,9 @@ Everything a day's runs record lives under ``manifests/`` of the warehouse:
 * ``manifests/ds=D/stages/<stage>.json``: each stage's result (row accounting, the served
   strategy, how the feeds were built, its duration), written by the runner;
 * ``manifests/ds=D/manifest.json``, then ``manifests/ds=D/_SUCCESS``: written by ``publish``;
-  only a day with ``_SUCCESS`` is complete and validated;
+  only a day with ``_SUCCESS`` is published, and its manifest names the run folder of each of
+  its tables (``jobs.common.versions``): replacing that one file switches the day to a new
+  version;
 * ``manifests/latest``: the newest published day (it only moves forward).
 
 Starting a stage withdraws what depended on the old version of its outputs
@@ -81,15 +83,15 @@ def write_record(wh: Storage, ds: dt.date, stage: str, result: dict[str, Any]) -
 
 
 def withdraw(wh: Storage, ds: dt.date, stage: str) -> None:
-    """Before ``stage`` runs for ``ds``: remove the records of it and the later stages, the
-    day's validation results (when ``validate`` is among them) and its ``_SUCCESS``, so a
-    rerun of, say, ``plan`` cannot be published with feeds made from the previous plan."""
+    """Before ``stage`` runs for ``ds``: remove the records of it and the later stages and the
+    day's validation results (when ``validate`` is among them), so a rerun of, say, ``plan``
+    cannot be published with feeds made from the previous plan. The published version (the
+    manifest, ``_SUCCESS``) is left alone: readers keep it until ``publish`` replaces it."""
     later = stages_from(stage)
     for s in later:
         wh.delete(*record_parts(ds, s))
     if "validate" in later:
         wh.delete(*results_parts(ds))
-    wh.delete(*success_parts(ds))
 
 
 def latest(wh: Storage) -> dt.date | None:
@@ -104,9 +106,9 @@ def is_published(wh: Storage, ds: dt.date) -> bool:
 
 
 def mark_published(wh: Storage, ds: dt.date, manifest: dict[str, Any]) -> dt.date:
-    """Write the day's manifest, then its ``_SUCCESS``, then move ``latest`` forward to
-    ``ds`` (never backward: a backfill of past days keeps it on the newest complete day).
-    Returns the latest day."""
+    """Write the day's manifest (replacing it in one step: the switch to the new version),
+    then its ``_SUCCESS``, then move ``latest`` forward to ``ds`` (never backward: a backfill
+    of past days keeps it on the newest complete day). Returns the latest day."""
     wh.write_text(json.dumps(manifest, indent=2, default=str), *manifest_parts(ds))
     wh.write_text(ds.isoformat(), *success_parts(ds))
     current = latest(wh)

@@ -7,6 +7,8 @@ them when Airflow parses it.
 
 from __future__ import annotations
 
+import os
+
 STAGES: tuple[str, ...] = ("ingest", "rates", "plan", "materialize", "validate", "publish")
 """The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages")."""
 
@@ -19,6 +21,20 @@ graph to apply a change log to (jobs/common/readiness.py)."""
 
 WAIT_TASK_ID = "wait_for_landing"
 """The ``feeds_daily`` task that waits for a day's landing before ``ingest``."""
+
+PUBLISHED_ASSET = "feedpipe_published_feeds"
+"""The Airflow Asset the ``publish`` task updates: a DAG scheduled on it runs after every day
+that is published (``dags/feeds_consumer_example.py``)."""
+
+
+def published_asset_uri(warehouse: str) -> str:
+    """The asset's URI: the warehouse's ``manifests/`` folder, where published days are named
+    (``s3://bucket/prefix/manifests`` or ``file:///abs/path/manifests``)."""
+    if "://" in warehouse:
+        scheme, rest = warehouse.split("://", 1)
+        return f"{'s3' if scheme == 's3a' else scheme}://{rest.rstrip('/')}/manifests"
+    return f"file://{os.path.abspath(warehouse)}/manifests"
+
 
 SPARK_STAGES: tuple[str, ...] = STAGES[:-1]
 """The stages that need a Spark session (``publish`` reads Parquet footers only)."""

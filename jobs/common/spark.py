@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import sys
@@ -232,6 +233,8 @@ def side_by_side(spark: SparkSession, *tasks: Callable[[], T]) -> list[T]:
 
     inherit = inheritable_thread_target(spark)
     with ThreadPoolExecutor(max_workers=max(len(tasks), 1)) as pool:
-        futures = [pool.submit(inherit(task)) for task in tasks]
+        # each thread runs in a copy of the caller's context: the stage's run (its writes'
+        # folder, jobs.common.versions) is a context variable
+        futures = [pool.submit(contextvars.copy_context().run, inherit(task)) for task in tasks]
         wait(futures)
     return [f.result() for f in futures]

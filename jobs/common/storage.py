@@ -1,9 +1,9 @@
 """Storage roots (landing, warehouse) on a local disk or an object store.
 
-Tables live at ``ROOT/<layer>/<table>/ds=YYYY-MM-DD/part-*.parquet`` (Hive-style
-partitions, so Spark, DuckDB, pandas and pyarrow read them as one table with a ``ds``
-column). Work in progress is written under ``ROOT/_staging/`` and moved into place in
-one rename, so readers never see a half-written partition.
+Tables live at ``ROOT/<layer>/<table>/ds=YYYY-MM-DD/run=<RUN>/part-*.parquet`` (Hive-style
+partitions, one folder per run that wrote the day: ``jobs.common.versions`` says which of them
+is the day's table). Nothing is ever rewritten in place, so a local disk and an object store
+behave alike.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from pyarrow import fs as pafs
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
-
-STAGING = "_staging"
-TRASH = "_trash"
 
 
 class StorageError(RuntimeError):
@@ -164,40 +161,6 @@ class Storage:
             self.fs.delete_dir(info.path)
         elif info.type == pafs.FileType.File:
             self.fs.delete_file(info.path)
-
-    # -- partitions ---------------------------------------------------------------
-    def staging_dir(self, *parts: str) -> tuple[str, ...]:
-        """A fresh, hidden folder to write a partition into before it is swapped in."""
-        return (STAGING, *parts[:-1], f"{parts[-1]}.{uuid.uuid4().hex}")
-
-    def swap_in(self, staged: tuple[str, ...], final: tuple[str, ...]) -> None:
-        """Replace folder ``final`` by ``staged``.
-
-        On a local disk the old folder moves aside first and the new one is renamed into place,
-        so a reader sees the complete old or the complete new partition. An object store has
-        no rename: objects are copied, then the staging copy is deleted; readers there rely on
-        the day's ``_SUCCESS`` marker, which is withdrawn while a day is being rebuilt."""
-        if not self.is_local:
-            self._copy_swap(staged, final)
-            return
-        dst = self.path(*final)
-        self.fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
-        old: tuple[str, ...] | None = None
-        if self.exists(*final):
-            old = (TRASH, *final[:-1], f"{final[-1]}.{uuid.uuid4().hex}")
-            self.fs.create_dir(self.path(*old).rsplit("/", 1)[0], recursive=True)
-            self.fs.move(dst, self.path(*old))
-        self.fs.move(self.path(*staged), dst)
-        if old is not None:
-            self.delete(*old)
-
-    def _copy_swap(self, staged: tuple[str, ...], final: tuple[str, ...]) -> None:
-        src, dst = self.path(*staged), self.path(*final)
-        self.delete(*final)
-        for info in self.fs.get_file_info(pafs.FileSelector(src, recursive=True)):
-            if info.type == pafs.FileType.File:
-                self.fs.copy_file(info.path, dst + info.path[len(src) :])
-        self.delete(*staged)
 
 
 def ds_dir(ds: dt.date) -> str:

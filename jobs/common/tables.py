@@ -1,8 +1,10 @@
 """Table contracts (``schemas/<layer>/<table>/v1.json``) and partition-wise Parquet I/O.
 
 Every write goes through :func:`write_partition`: the frame is conformed to its contract
-(columns, order, types; a missing column is an error), written to a hidden staging folder
-and swapped in as ``ds=<date>`` in one rename. Reruns replace exactly their own partition.
+(columns, order, types; a missing column is an error) and written into a new folder of the
+running stage, ``ds=<date>/run=<id>`` (:mod:`jobs.common.versions`), which becomes the day's
+table when the stage's record names it. Every read goes through :func:`located`, so a stage
+reads only finished runs' versions.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.common import versions
 from jobs.common.spark import job_description
-from jobs.common.storage import Storage, ds_dir
+from jobs.common.storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,10 +102,14 @@ class Contract:
             f.nullable = nullable[f.name]
         return struct
 
-    def parts(self, ds: dt.date | None = None, table: str | None = None) -> tuple[str, ...]:
-        """Path parts below the warehouse root (``table`` names a quarantine table)."""
-        base = (self.layer, table or self.name)
-        return (*base, ds_dir(ds)) if ds else base
+    def parts(self, table: str | None = None) -> tuple[str, ...]:
+        """Path parts of the table's folder below the warehouse root (``table`` names a
+        quarantine table); its partitions' versions are below it (:func:`located`)."""
+        return (self.layer, table or self.name)
+
+    def ref(self, table: str | None = None) -> str:
+        """``layer/table``, as records and manifests name the table."""
+        return versions.table_key(self.layer, table or self.name)
 
 
 @functools.cache
@@ -154,7 +161,11 @@ def write_partition(
     table: str | None = None,
     keep: bool = True,
 ) -> None:
-    """Write ``df`` as partition ``ds`` of table ``c``, replacing it atomically.
+    """Write ``df`` as a new version of partition ``ds`` of table ``c``.
+
+    Inside a stage's run (:func:`jobs.common.versions.stage_run`) the version becomes the
+    day's working table when the stage's record is written; outside one (``eval/*`` tables)
+    it replaces the partition's older versions once it is complete.
 
     The contract's ``files`` says how: ``single`` (one file), ``range`` (``files`` files
     range-partitioned and sorted on ``sort_by``, for readers that look up ids) or ``as_is``
@@ -188,18 +199,24 @@ def write_partition(
             out = out.repartitionByRange(files, F.col(c.sort_by[0]))
     if c.sort_by and c.files != "as_is":
         out = out.sortWithinPartitions(*c.sort_by)
-    final = c.parts(ds, table)
-    staged = storage.staging_dir(*final)
+    run = versions.current()
+    if run is not None and run.ds != ds:
+        raise ValueError(f"a run of {run.ds} cannot write {c.ref(table)} of {ds}")
+    folder = run.folder if run is not None else f"{versions.RUN_PREFIX}{versions.new_run_id()}"
+    final = versions.version_parts(c.ref(table), ds, folder)
     writer = out.write.mode("overwrite").options(**plain_encoding(c))
     # names the write's jobs in the Spark UI and event logs (bench/eventlog.py), which
     # otherwise show "parquet at NativeMethodAccessorImpl.java:0" for every table
     try:
         with job_description(df.sparkSession, f"write {c.layer}/{table or c.name} ds={ds}"):
-            writer.parquet(storage.spark_path(*staged))
+            writer.parquet(storage.spark_path(*final))
     finally:
         if kept is not None:  # only what this write kept: never the caller's cache
             kept.unpersist()
-    storage.swap_in(staged, final)
+    if run is not None:
+        run.outputs[c.ref(table)] = folder
+    else:
+        versions.drop_older(storage, c.ref(table), ds, folder)
 
 
 def plain_encoding(c: Contract) -> dict[str, str]:
@@ -222,10 +239,12 @@ def previous_bounds(
     growing the last file."""
     import pyarrow.parquet as pq
 
-    earlier = [d for d in storage.list_partitions(*c.parts(None, table)) if d < ds]
+    earlier = [d for d in partition_days(storage, c, table) if d < ds]
     if not earlier:
         return None
-    paths = [p for p in storage.list_files(*c.parts(max(earlier), table)) if p.endswith(".parquet")]
+    where = located(storage, c, max(earlier), table)
+    assert where is not None
+    paths = [p for p in storage.list_files(*where) if p.endswith(".parquet")]
     if len(paths) != files:
         return None
     lows, rows = [], []
@@ -254,21 +273,41 @@ def previous_bounds(
     return bounds
 
 
+def located(
+    storage: Storage, c: Contract, ds: dt.date, table: str | None = None
+) -> tuple[str, ...] | None:
+    """The path parts of the version of partition ``ds`` a stage reads, or None
+    (:func:`jobs.common.versions.locate`)."""
+    return versions.locate(storage, c.ref(table), ds)
+
+
 def has_partition(storage: Storage, c: Contract, ds: dt.date, table: str | None = None) -> bool:
-    return storage.is_dir(*c.parts(ds, table))
+    return located(storage, c, ds, table) is not None
+
+
+def partition_days(storage: Storage, c: Contract, table: str | None = None) -> list[dt.date]:
+    """The days the table has a version of (that a stage would read), oldest first."""
+    listed = storage.list_partitions(*c.parts(table))
+    return [d for d in listed if located(storage, c, d, table) is not None]
+
+
+def partition_rows(storage: Storage, c: Contract, ds: dt.date, table: str | None = None) -> int:
+    """Rows of partition ``ds`` from its Parquet footers (0 when it has none)."""
+    where = located(storage, c, ds, table)
+    return int(storage.dataset(*where).count_rows()) if where else 0
 
 
 def read_partition(
     spark: SparkSession, storage: Storage, c: Contract, ds: dt.date, table: str | None = None
 ) -> DataFrame:
     """One partition with the contract's schema (no ``ds`` column)."""
-    path = c.parts(ds, table)
-    if not storage.is_dir(*path):
+    where = located(storage, c, ds, table)
+    if where is None:
         raise FileNotFoundError(
-            f"{c.layer}/{table or c.name} has no partition {ds} at "
-            f"{storage.uri(*path)}: run the stage that writes it first"
+            f"{c.ref(table)} has no partition {ds} in {storage.uri()}: "
+            "run the stage that writes it first"
         )
-    return spark.read.schema(c.schema()).parquet(storage.spark_path(*path))
+    return spark.read.schema(c.schema()).parquet(storage.spark_path(*where))
 
 
 def read_partitions(
@@ -277,13 +316,12 @@ def read_partitions(
     """Several partitions (those that exist), with a ``ds`` date column."""
     from pyspark.sql import functions as F
 
-    present = [d for d in days if has_partition(storage, c, d)]
-    if not present:
+    found = [located(storage, c, d) for d in days]
+    paths = [storage.spark_path(*where) for where in found if where is not None]
+    if not paths:
         return spark.createDataFrame([], c.schema()).withColumn("ds", F.lit(None).cast("date"))
-    paths = [storage.spark_path(*c.parts(d)) for d in present]
     return (
         spark.read.schema(c.schema())
-        .option("basePath", storage.spark_path(*c.parts()))
         .parquet(*paths)
         .withColumn(
             "ds", F.to_date(F.regexp_extract(F.col("_metadata.file_path"), r"ds=([0-9-]{10})", 1))

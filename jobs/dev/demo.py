@@ -60,7 +60,7 @@ def main() -> int:
     print(format_table("u0000042", reader.feeds(["u0000042"], 10)["u0000042"]))
     print(
         f"""
-Outputs (Parquet, partitioned by ds):
+Outputs (Parquet, partitioned by ds, one folder per run; query the published ones, README):
   warehouse   {warehouse}
   feeds       {warehouse / "feeds"}/{{producer_feed,consumer_feed,view_feed}}
   plan        {warehouse / "plan"}/{{edge_plan,consumer_sources,plan_cost,views,view_members}}
@@ -71,8 +71,8 @@ Outputs (Parquet, partitioned by ds):
 Try:
   .venv/bin/feedpipe feed --warehouse {warehouse} --ds {last} --consumer u0000042 --format json
   .venv/bin/feedpipe report --warehouse {warehouse} --ds {last}
-  duckdb -c "SELECT strategy, chosen, total_cost FROM read_parquet('{warehouse}/plan/plan_cost/*/*.parquet', hive_partitioning=true) ORDER BY ds, total_cost"
-  .venv/bin/python -c "import pandas as pd; print(pd.read_parquet('{warehouse}/plan/edge_plan').groupby(['ds','mode']).size())"
+  .venv/bin/feedpipe tables --warehouse {warehouse} --ds {last}
+  .venv/bin/python -c "from jobs.serving import published; t = published.dataset('{warehouse}', 'plan/edge_plan').to_table().to_pandas(); print(t.groupby(['ds', 'mode']).size())"
 """
     )
     return 0

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 from jobs.common.config import RATE_METHODS, Settings
 from jobs.common.dates import days
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition, read_partitions, write_partition
+from jobs.common.tables import (
+    contract,
+    partition_days,
+    read_partition,
+    read_partitions,
+    write_partition,
+)
 from jobs.estimators import estimate
 from jobs.stages.rates import daily_counts, params_of, window_days
 
@@ -62,7 +68,7 @@ def evaluate(
     from pyspark.sql import functions as F
 
     wh = Storage.at(settings.warehouse)
-    available = wh.list_partitions("clean", "events")
+    available = partition_days(wh, contract("clean", "events"))
     out_c = contract("eval", "rates")
     results = []
     for d in days(start, end):

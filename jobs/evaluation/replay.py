@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 from jobs.common.config import Settings
 from jobs.common.dates import days
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition, write_partition
+from jobs.common.tables import (
+    contract,
+    has_partition,
+    partition_days,
+    read_partition,
+    write_partition,
+)
 from jobs.selection.cost import CostModel
 
 if TYPE_CHECKING:
@@ -120,7 +126,7 @@ def replay_day(spark: SparkSession, settings: Settings, d: dt.date, wh: Storage)
         "strategy", (F.col("total_cost") * F.lit(HOURS)).alias("predicted_cost")
     )
     served_c = contract("plan", "plan_cost")
-    if wh.is_dir(*served_c.parts(d)):
+    if has_partition(wh, served_c, d):
         served = read_partition(spark, wh, served_c, d).select(
             "strategy", F.col("chosen").alias("served")
         )
@@ -161,9 +167,9 @@ def _evaluate(
     spark: SparkSession, settings: Settings, start: dt.date, end: dt.date
 ) -> list[dict[str, Any]]:
     wh = Storage.at(settings.warehouse)
-    events = set(wh.list_partitions("clean", "events"))
-    views = set(wh.list_partitions("clean", "views"))
-    rates = set(wh.list_partitions("rates", "consumer_rates"))
+    events = set(partition_days(wh, contract("clean", "events")))
+    views = set(partition_days(wh, contract("clean", "views")))
+    rates = set(partition_days(wh, contract("rates", "consumer_rates")))
     out_c = contract("eval", "replay")
     results: list[dict[str, Any]] = []
     for d in days(start, end):

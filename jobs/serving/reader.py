@@ -22,10 +22,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.common import ledger
+from jobs.common import versions
 from jobs.common.dates import recent_since
 from jobs.common.pointers import resolve
-from jobs.common.storage import Storage, ds_dir
+from jobs.common.storage import Storage
 
 
 class FeedError(RuntimeError):
@@ -84,18 +84,39 @@ def select_diverse(
 
 
 class FeedReader:
-    def __init__(self, warehouse: str, ds: dt.date):
+    """Feeds of one day, from its published version (:mod:`jobs.common.versions`): the tables
+    of one complete run of the day, whatever is being rebuilt meanwhile.
+
+    ``unpublished=True`` reads the day's latest complete run instead, published or not (for
+    debugging a day that failed validation or is being reprocessed)."""
+
+    def __init__(self, warehouse: str, ds: dt.date, unpublished: bool = False):
         self.wh = Storage.at(warehouse)
         self.ds = ds
-        part = ds_dir(ds)
-        if not self.wh.is_dir("feeds", "consumer_feed", part):
+        self.unpublished = unpublished
+        self._resolve()
+
+    def _resolve(self) -> None:
+        ds = self.ds
+        try:
+            version = versions.working(self.wh, ds) if self.unpublished else None
+            version = version or versions.published(self.wh, ds)
+        except versions.LegacyLayout as exc:
+            raise FeedError(str(exc)) from None
+        if version is None:
+            raise FeedError(
+                f"{ds} has not been published in {self.wh.uri()} "
+                "(feedpipe feed --unpublished reads its latest complete run)"
+            )
+        if not version.has("feeds/consumer_feed"):
             raise FeedError(f"no feeds materialized for {ds} in {self.wh.uri('feeds')}")
-        state = ledger.read_record(self.wh, ds, "materialize") or {}
+        self.version = version
+        state = version.records.get("materialize") or {}
         self.materialized_k = int(state["feed_k"]) if "feed_k" in state else None
         self.coherency = str(state.get("coherency", "global"))
         self.k_per_producer = int(state.get("feed_k_per_producer", 3))
         self.recent_since = recent_since(ds, float(state.get("diversity_hours", 24.0)))
-        self.published = ledger.is_published(self.wh, ds)
+        self.published = version.published
 
     @classmethod
     def published_copy(cls, target: str, ds: dt.date | None = None, s3: Any = None) -> FeedReader:
@@ -107,13 +128,25 @@ class FeedReader:
     def _scan(
         self, layer: str, table: str, column: str, ids: Sequence[str], columns: list[str]
     ) -> pa.Table:
-        if not ids or not self.wh.is_dir(layer, table, ds_dir(self.ds)):
+        parts = self.version.parts(f"{layer}/{table}")
+        if not ids or parts is None:
             return pa.table({c: pa.array([], pa.string()) for c in columns})
-        data = self.wh.dataset(layer, table, ds_dir(self.ds))
+        data = self.wh.dataset(*parts)
         return data.to_table(columns=columns, filter=pc.field(column).isin(list(ids)))
 
     def feeds(self, consumers: Sequence[str], k: int | None = None) -> dict[str, list[FeedItem]]:
-        """The assembled feeds of ``consumers`` (an unknown consumer gets an empty feed)."""
+        """The assembled feeds of ``consumers`` (an unknown consumer gets an empty feed).
+
+        Every table is read from the one version resolved; should that version be removed
+        meanwhile (the day was published twice since), the day is resolved again and read
+        once more from its new version."""
+        try:
+            return self._feeds(consumers, k)
+        except OSError:  # a file of the version vanished (FileNotFoundError, S3 NoSuchKey)
+            self._resolve()
+            return self._feeds(consumers, k)
+
+    def _feeds(self, consumers: Sequence[str], k: int | None) -> dict[str, list[FeedItem]]:
         limit = k or self.materialized_k or 20
         if k is not None and self.materialized_k is not None and k > self.materialized_k:
             raise FeedError(

@@ -1,29 +1,34 @@
 """Reports over a day's outputs, read with pyarrow (no Spark): the text report of
-``feedpipe report`` and the HTML page ``reports/ds=D/index.html``."""
+``feedpipe report`` and the HTML page ``reports/ds=D/index.html``.
+
+A report shows one version of the day (:mod:`jobs.common.versions`): the published one, or,
+for a day never published, its latest complete run. While a published day is being rebuilt
+its report keeps showing the published version, with a line saying which stages of the
+rebuild have finished (or that its validation failed)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 
-from jobs.common import ledger
+from jobs.common import ledger, versions
 from jobs.common.config import Settings
-from jobs.common.ledger import is_published
-from jobs.common.storage import Storage, ds_dir
+from jobs.common.storage import Storage
+from jobs.common.versions import DayVersion
 
 
-def plan_cost_rows(wh: Storage, ds: dt.date) -> list[dict]:
-    return sorted(
-        wh.dataset("plan", "plan_cost", ds_dir(ds)).to_table().to_pylist(),
-        key=lambda r: r["total_cost"],
-    )
+def plan_cost_rows(wh: Storage, day: DayVersion) -> list[dict]:
+    parts = day.parts("plan/plan_cost")
+    if parts is None:
+        return []
+    return sorted(wh.dataset(*parts).to_table().to_pylist(), key=lambda r: r["total_cost"])
 
 
 def text_report(settings: Settings, ds: dt.date) -> str:
     wh = Storage.at(settings.warehouse)
-    if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
+    day = versions.for_readers(wh, ds)
+    if not day.has("plan/plan_cost"):
         return f"no plan for {ds} in {wh.uri()}"
-    rows = plan_cost_rows(wh, ds)
+    rows = plan_cost_rows(wh, day)
     pure = min(
         (r["total_cost"] for r in rows if r["strategy"] in ("push-all", "pull-all")), default=None
     )
@@ -34,7 +39,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     )
     out = [
         f"feedpipe plan cost for {ds}  (H={h:g}, L={el:g}; cost per hour; "
-        f"{'published' if is_published(wh, ds) else 'NOT published'})",
+        f"{'published' if day.published else 'NOT published'})",
         f"  {'strategy':<20} {'total':>12} {'maint.':>12} {'eval.':>12} {'vs best pure':>12} "
         f"{'push':>9} {'pull':>9} {'views':>7} {'src p50/p95/p99':>16} {'in target':>10}",
     ]
@@ -62,10 +67,8 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     if inactive:
         out.append(f"  {inactive} inactive consumers: no materialized feed, served by pull")
 
-    manifest = ledger.manifest_parts(ds)
-    if wh.exists(*manifest):
-        m = json.loads(wh.read_text(*manifest))
-        for table, c in m.get("input", {}).items():
+    if day.manifest is not None:
+        for table, c in day.manifest.get("input", {}).items():
             out.append(
                 f"  input {table:<8} {c['rows_in']:>10} rows = {c['clean']} clean"
                 f" + {c['duplicates']} duplicates + {c['quarantined']} quarantined"
@@ -74,8 +77,11 @@ def text_report(settings: Settings, ds: dt.date) -> str:
 
 
 def report_days(wh: Storage) -> list[dt.date]:
-    """Days with a plan, newest first."""
-    return sorted(wh.list_partitions("plan", "plan_cost"), reverse=True)
+    """Days with a plan (published, or planned by a complete run), newest first."""
+    found = wh.list_partitions("plan", "plan_cost")
+    return sorted(
+        (d for d in found if versions.for_readers(wh, d).has("plan/plan_cost")), reverse=True
+    )
 
 
 _STYLE = (
@@ -213,13 +219,15 @@ def _lines(chart_id: str, labels: list[str], series: dict[str, list[float | None
     return "".join(out)
 
 
-def flash_producers(wh: Storage, ds: dt.date, limit: int = FLASH_SHOWN) -> tuple[int, list[dict]]:
+def flash_producers(
+    wh: Storage, day: DayVersion, limit: int = FLASH_SHOWN
+) -> tuple[int, list[dict]]:
     """How many producers ``rates`` flagged as flash on ``ds`` and the ``limit`` busiest of
     them (producer_id, n_today, forecast_prev, events_per_hour): only flagged rows are read."""
     import pyarrow.compute as pc
 
-    parts = ("rates", "producer_rates", ds_dir(ds))
-    if not wh.is_dir(*parts):
+    parts = day.parts("rates/producer_rates")
+    if parts is None:
         return 0, []
     cols = ["producer_id", "n_today", "forecast_prev", "events_per_hour"]
     flagged = wh.dataset(*parts).to_table(columns=cols, filter=pc.field("flash"))
@@ -239,11 +247,13 @@ def trend_rows(wh: Storage, ds: dt.date, days: int = TREND_DAYS) -> list[dict]:
     where ``feedpipe evaluate`` has replayed it (per hour, like the plan cost)."""
     out = []
     for d in sorted(x for x in report_days(wh) if x <= ds)[-days:]:
-        rows = plan_cost_rows(wh, d)
+        day = versions.for_readers(wh, d)
+        rows = plan_cost_rows(wh, day)
         served = next((r for r in rows if r["chosen"]), None)
         realized = None
-        if served is not None and wh.is_dir("eval", "replay", ds_dir(d)):
-            for r in wh.dataset("eval", "replay", ds_dir(d)).to_table().to_pylist():
+        replayed = versions.locate(wh, "eval/replay", d)
+        if served is not None and replayed is not None:
+            for r in wh.dataset(*replayed).to_table().to_pylist():
                 if r["strategy"] == served["strategy"] and r["realized_cost"] is not None:
                     realized = r["realized_cost"] / 24.0
         out.append(
@@ -253,7 +263,7 @@ def trend_rows(wh: Storage, ds: dt.date, days: int = TREND_DAYS) -> list[dict]:
                 "served": served["total_cost"] if served else None,
                 "best_pure": _pure(rows),
                 "realized": realized,
-                "published": is_published(wh, d),
+                "published": day.published,
             }
         )
     return out
@@ -266,13 +276,14 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
     labels to URLs shown at the top."""
     from html import escape
 
-    if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
+    day = versions.for_readers(wh, ds)
+    if not day.has("plan/plan_cost") and not day.records:
         raise FileNotFoundError(f"no plan for {ds} in {wh.uri()}")
-    rows = plan_cost_rows(wh, ds)
+    rows = plan_cost_rows(wh, day)  # none for a day refused before it was planned
     pure = _pure(rows)
     served = next((r for r in rows if r["chosen"]), None)
-    published = is_published(wh, ds)
-    records = ledger.read_records(wh, ds)
+    published = day.published
+    records = day.records
     nav = " · ".join(f'<a href="{escape(u)}">{escape(t)}</a>' for t, u in (links or {}).items())
     h, el = (rows[0]["push_cost"], rows[0]["pull_cost"]) if rows else (None, None)
     out = [
@@ -282,6 +293,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         f"<h1>feedpipe, {ds}</h1>",
         f"<p id='status' class='{'ok' if published else 'bad'}'>"
         f"{'published' if published else 'not published'}</p>",
+        _rebuild(wh, day),
         f"<p id='served'>served plan: <b>{escape(served['strategy']) if served else 'none'}"
         f"</b>, H = {h:g}, L = {el:g}</p>"
         if h is not None
@@ -341,13 +353,12 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
     )
 
     out.append(_latency(rows, served, records.get("plan", {}).get("sources_hist")))
-    out.append(_flash(wh, ds, records.get("rates", {})))
+    out.append(_flash(wh, day, records.get("rates", {})))
     out.append(_trend(trend_rows(wh, ds)))
 
-    manifest = ledger.manifest_parts(ds)
     accounting = (
-        json.loads(wh.read_text(*manifest)).get("input", {})
-        if wh.exists(*manifest)
+        day.manifest.get("input", {})
+        if day.manifest is not None
         else records.get("ingest", {}).get("tables", {})
     )
     if accounting:
@@ -361,11 +372,10 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append("</table>")
 
     out.append("<h2>Data quality</h2>")
-    quality = ledger.results_parts(ds)
-    if not wh.exists(*quality):
+    if day.results is None:
         out.append("<p id='quality'>not validated</p>")
     else:
-        q = json.loads(wh.read_text(*quality))
+        q = day.results
         ok = bool(q.get("success"))
         out.append(
             f"<p id='quality' class='{'ok' if ok else 'bad'}'>"
@@ -445,10 +455,10 @@ def _latency(rows: list[dict], served: dict | None, hist: dict | None) -> str:
     return "\n".join(out)
 
 
-def _flash(wh: Storage, ds: dt.date, rates_record: dict) -> str:
+def _flash(wh: Storage, day: DayVersion, rates_record: dict) -> str:
     from html import escape
 
-    n, top = flash_producers(wh, ds)
+    n, top = flash_producers(wh, day)
     out = [
         "<h2>Flash producers</h2>",
         f"<p id='flash'>{n} producer(s) flagged: more events on the day than the upper end "
@@ -508,9 +518,29 @@ def _trend(trend: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _rebuild(wh: Storage, day: DayVersion) -> str:
+    """For a published day being rebuilt: which stages of the rebuild have finished."""
+    if not day.published:
+        return ""
+    from html import escape
+
+    work = versions.working(wh, day.ds)
+    if work.folders == day.folders and work.records.keys() >= day.records.keys():
+        return ""
+    done = ", ".join(s for s in work.records) or "no stage"
+    failed = work.results is not None and not work.results.get("success")
+    what = "its validation FAILED" if failed else f"finished so far: {escape(done)}"
+    return (
+        f"<p id='rebuild' class='{'bad' if failed else ''}'>This day is being rebuilt "
+        f"({what}); the published version below stays until the rebuild is published.</p>"
+    )
+
+
 def write_report(wh: Storage, ds: dt.date) -> str | None:
-    """Write ``reports/ds=D/index.html`` (replacing it whole); None when ``ds`` has no plan."""
-    if not wh.is_dir("plan", "plan_cost", ds_dir(ds)):
+    """Write ``reports/ds=D/index.html`` (replacing it whole); None when nothing of ``ds`` has
+    run."""
+    day = versions.for_readers(wh, ds)
+    if not day.has("plan/plan_cost") and not day.records:
         return None
     wh.write_text(html_report(wh, ds), *ledger.report_parts(ds))
     return wh.uri(*ledger.report_parts(ds))

@@ -42,6 +42,10 @@ from jobs.common.tables import (
     ContractError,
     check_columns,
     contract,
+    has_partition,
+    located,
+    partition_days,
+    partition_rows,
     read_partition,
     read_partitions,
     write_partition,
@@ -470,7 +474,7 @@ def drop_known_events(
     if oldest is None:
         return tagged
     first = max(oldest.date(), ds - dt.timedelta(days=max_lateness_days))
-    days = [d for d in wh.list_partitions("clean", "events") if first <= d < ds]
+    days = [d for d in partition_days(wh, contract("clean", "events")) if first <= d < ds]
     if not days:
         return tagged
     late_ids = late.select("event_id").distinct()
@@ -509,7 +513,7 @@ def accounting(
     }
 
 
-def check_share(table: str, counts: dict[str, Any], limit: float) -> None:
+def check_share(table: str, counts: dict[str, Any], limit: float, where: str) -> None:
     if counts["rows_in"] == 0:
         return
     share = counts["quarantined"] / counts["rows_in"]
@@ -518,7 +522,7 @@ def check_share(table: str, counts: dict[str, Any], limit: float) -> None:
         raise IngestRejected(
             f"{table}: {counts['quarantined']} of {counts['rows_in']} rows ({share:.1%}) were"
             f" quarantined, above max_quarantine_share {limit:.1%} ({reasons}); the rows are in"
-            f" quarantine/{table} and no clean data was written for this table"
+            f" {where} and no clean data was written for this table"
         )
 
 
@@ -583,12 +587,14 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         clean_c = contract("clean", table)
         if table == "follows":  # its clean table is the graph: count the accepted changes
             counts["clean"] = tagged.where(F.col("reason").isNull()).count()
-        check_share(table, counts, settings.max_quarantine_share)
+        quarantined = located(wh, contract("quarantine", "rows"), ds, table)
+        assert quarantined is not None
+        check_share(table, counts, settings.max_quarantine_share, wh.uri(*quarantined))
         if table == "follows":
             prev_day = ds - dt.timedelta(days=1)
             previous = (
                 read_partition(spark, wh, clean_c, prev_day)
-                if wh.is_dir(*clean_c.parts(prev_day))
+                if has_partition(wh, clean_c, prev_day)
                 else None
             )
             has_snapshot = any(not f.has_op for f in files)
@@ -603,7 +609,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
             if files:
                 counts.update(graph_change(previous, read_partition(spark, wh, clean_c, ds)))
             else:  # no follow changes landed: the previous graph carried over as it was
-                edges = int(wh.dataset(*clean_c.parts(ds)).count_rows())
+                edges = partition_rows(wh, clean_c, ds)
                 counts.update(edges_before=edges, edges=edges, edges_added=0, edges_removed=0)
         if table != "follows":  # the clean rows as written
             written = read_partition(spark, wh, clean_c, ds)

@@ -36,6 +36,7 @@ from jobs.common.storage import Storage
 from jobs.common.tables import (
     contract,
     has_partition,
+    partition_days,
     read_partition,
     read_partitions,
     write_partition,
@@ -248,7 +249,7 @@ def run(
         pf_prev = read_partition(spark, wh, pf_c, prev)
         producer_feed = producer_feed_incremental(pf_prev, events, k)
     else:
-        history = [d for d in wh.list_partitions(*ev_c.parts()) if d <= ds]
+        history = [d for d in partition_days(wh, ev_c) if d <= ds]
         producer_feed = producer_feed_full(read_partitions(spark, wh, ev_c, history), k)
     write_partition(producer_feed, wh, pf_c, ds)
     producer_feed = read_partition(spark, wh, pf_c, ds)  # read back: do not recompute the merge

@@ -22,7 +22,7 @@ from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.exact import exact_sum
 from jobs.common.spark import UNCOMPRESSED_CACHE, empty_frame
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition, write_partition
+from jobs.common.tables import contract, has_partition, read_partition, write_partition
 from jobs.selection import cost, feeding_frenzy, latency, shared
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def day_edges(
     cr = read_partition(spark, wh, contract("rates", "consumer_rates"), ds)
     ep_c = contract("plan", "edge_plan")
     prev = ds - dt.timedelta(days=1)
-    current = read_partition(spark, wh, ep_c, prev) if wh.is_dir(*ep_c.parts(prev)) else None
+    current = read_partition(spark, wh, ep_c, prev) if has_partition(wh, ep_c, prev) else None
     cr = cr.withColumn("active", latency.consumer_activity(F.lit(ds), settings.inactive_after_days))
     edges = feeding_frenzy.edge_inputs(follows, pr, cr, current)
     return edges, pr.select("producer_id", F.col("events_per_hour").alias("phi"))

@@ -1,10 +1,14 @@
 """Stage ``publish``: mark day D complete once it has passed validation.
 
-Reads the stage records under ``manifests/ds=D/stages/`` and ``quality/ds=D/results.json``;
-writes ``manifests/ds=D/manifest.json`` (settings, row counts in and out per table,
-quarantined counts, plan cost summary, data quality outcome), then ``manifests/ds=D/_SUCCESS``,
-then moves ``manifests/latest`` forward to D (never backward, so backfills of past days keep it
-on the newest complete day). Counts come from Parquet footers; no Spark job is needed.
+Reads the stage records under ``manifests/ds=D/stages/`` (each names the run folders it
+wrote) and ``quality/ds=D/results.json``; refuses a day any stage of which has not run since
+an earlier one ran again. Writes ``manifests/ds=D/manifest.json`` (settings, row counts in and
+out per table, quarantined counts, plan cost summary, data quality outcome, and ``versions``:
+the run folder of every table), then ``manifests/ds=D/_SUCCESS``, then moves
+``manifests/latest`` forward to D (never backward, so backfills of past days keep it on the
+newest complete day). Replacing the manifest is the one step that switches a day to its new
+version (``jobs.common.versions``); afterwards the day's other run folders are removed, except
+the version just replaced. Counts come from Parquet footers; no Spark job is needed.
 
 With ``publish_to`` set, the day is first copied to that S3 target with boto3 (or marked there
 when the warehouse is on S3) and the target's pointers are moved (:mod:`jobs.stages.publish_s3`);
@@ -15,11 +19,10 @@ the task's retry starts over.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from typing import Any
 
-from jobs.common import ledger
+from jobs.common import ledger, versions
 from jobs.common.config import Settings
 from jobs.common.pipeline import LANDING_TABLES
 from jobs.common.storage import Storage
@@ -33,38 +36,47 @@ class PublishRefused(RuntimeError):
 
 
 def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[str, Any]:
-    """Mark ``ds`` complete (and publish it to ``settings.publish_to``; ``s3``: a boto3 client
-    to do that with instead of the one the environment configures)."""
+    """Publish ``ds``: switch the day to the version its stages just built (and copy it to
+    ``settings.publish_to``; ``s3``: a boto3 client to do that with instead of the one the
+    environment configures)."""
+    day = versions.working(wh, ds)
     quality = ledger.results_parts(ds)
-    if not wh.exists(*quality):
+    if day.results is not None and not day.results.get("success"):
+        raise PublishRefused(f"{ds} failed validation ({wh.uri(*quality)}); not publishing")
+    not_run = versions.missing_records(wh, ds)
+    if not_run:
+        raise PublishRefused(
+            f"{ds} is incomplete: {', '.join(not_run)} has not run since the day was last "
+            "rebuilt; run the day from the first of them"
+        )
+    if day.results is None:
         raise PublishRefused(
             f"{ds} has not been validated (no {wh.uri(*quality)}): run validate first"
         )
-    results = json.loads(wh.read_text(*quality))
-    if not results.get("success"):
-        raise PublishRefused(f"{ds} failed validation ({wh.uri(*quality)}); not publishing")
     missing = [
-        f"{ly}/{t}" for ly, t in PUBLISHED_TABLES if not wh.is_dir(*contract(ly, t).parts(ds))
+        contract(ly, t).ref() for ly, t in PUBLISHED_TABLES if not day.has(contract(ly, t).ref())
     ]
     if missing:
         raise PublishRefused(f"{ds} is incomplete, missing partitions: {', '.join(missing)}")
 
     tables = {}
     for layer, table in PUBLISHED_TABLES:
-        parts = contract(layer, table).parts(ds)
+        parts = day.parts(contract(layer, table).ref())
+        assert parts is not None
         tables[f"{layer}/{table}"] = {
             "rows": wh.dataset(*parts).count_rows(),
             "location": wh.uri(*parts),
             "path": "/".join(parts),
         }
-    q = contract("quarantine", "rows")
-    quarantine = {
-        t: wh.dataset(*q.parts(ds, t)).count_rows()
-        for t in LANDING_TABLES
-        if wh.is_dir(*q.parts(ds, t))
-    }
-    plan_cost = wh.dataset(*contract("plan", "plan_cost").parts(ds)).to_table().to_pylist()
-    records = ledger.read_records(wh, ds)
+    quarantine = {}
+    for t in LANDING_TABLES:
+        parts = day.parts(contract("quarantine", "rows").ref(t))
+        if parts is not None:
+            quarantine[t] = wh.dataset(*parts).count_rows()
+    cost_parts = day.parts(contract("plan", "plan_cost").ref())
+    assert cost_parts is not None
+    plan_cost = wh.dataset(*cost_parts).to_table().to_pylist()
+    records = day.records
     manifest = {
         "ds": ds.isoformat(),
         "settings": settings.as_dict(),
@@ -72,6 +84,7 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
         "allowed_empty": records.get("ingest", {}).get("allowed_empty", []),
         "quarantine_rows": quarantine,
         "tables": tables,
+        "versions": dict(sorted(day.folders.items())),
         "plan": {
             "served": next((r["strategy"] for r in plan_cost if r["chosen"]), None),
             "strategies": sorted(plan_cost, key=lambda r: r["total_cost"]),
@@ -79,19 +92,23 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
         "stages": records,
         "quality": {
             "success": True,
-            "suites": len(results.get("suites", {})),
-            "gates": results.get("gates", []),
+            "suites": len(day.results.get("suites", {})),
+            "gates": day.results.get("gates", []),
+            "results": day.results,
         },
     }
+    before = versions.published(wh, ds)
     if settings.publish_to:
         from jobs.stages.publish_s3 import publish_day
 
-        tables_parts = [contract(layer, table).parts(ds) for layer, table in PUBLISHED_TABLES]
+        tables_parts = [versions.version_parts(k, ds, f) for k, f in day.folders.items()]
         manifest["published"] = publish_day(
             wh, ds, manifest, tables_parts, settings.publish_to, settings.publish_part_mb, s3=s3
         )
     newest = ledger.mark_published(wh, ds, manifest)
-    log.info("published %s", ds)
+    # the version replaced stays: a reader that resolved the day just before may still read it
+    removed = versions.prune(wh, ds, [day, before])
+    log.info("published %s (%d superseded run folders removed)", ds, removed)
     out = {"manifest": wh.uri(*ledger.manifest_parts(ds)), "latest": newest.isoformat()}
     if "published" in manifest:
         out["published"] = manifest["published"]

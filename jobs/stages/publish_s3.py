@@ -5,7 +5,7 @@ the warehouse. Under ``publish_to = "s3://BUCKET/PREFIX"``:
 
 * ``snapshots/ds=D/<snapshot>/`` holds a copy of the day: every partition of
   ``jobs.common.tables.PUBLISHED_TABLES`` at its warehouse path
-  (``feeds/consumer_feed/ds=D/part-*.parquet``, ...), the stage records and the validation
+  (``feeds/consumer_feed/ds=D/run=R/part-*.parquet``, ...), the stage records and the validation
   results. A snapshot is a warehouse-shaped root, so ``FeedReader``, DuckDB or Spark read it
   as they read the warehouse. Files larger than ``publish_part_mb`` go up as multipart
   uploads (aborted on failure, so no parts are left behind); a listing of the snapshot must
@@ -19,8 +19,8 @@ the warehouse. Under ``publish_to = "s3://BUCKET/PREFIX"``:
   snapshot; the retry writes a new snapshot and removes the failed one.
 
 When the warehouse is itself on S3, nothing is copied: the pointers *mark* the warehouse
-root as the day's location (it is rewritten in place when the day is rerun; see
-docs/storage.md).
+root as the day's location: readers resolve the day through its manifest there, which names
+the published run folders (docs/storage.md, "Versions of a day").
 
 Superseded snapshots of a day are removed when the day is published again, except the one
 the day's pointer named until then (a reader may still be reading it).

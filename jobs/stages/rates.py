@@ -32,6 +32,7 @@ from jobs.common.tables import (
     Contract,
     contract,
     has_partition,
+    partition_days,
     read_partition,
     read_partitions,
     write_partition,
@@ -186,7 +187,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
 
     ev_c, fo_c = contract("clean", "events"), contract("clean", "follows")
     pr_c, cr_c = contract("rates", "producer_rates"), contract("rates", "consumer_rates")
-    days = window_days(wh.list_partitions(*ev_c.parts()), ds, settings.rate_window_days)
+    days = window_days(partition_days(wh, ev_c), ds, settings.rate_window_days)
     offsets = [(d - ds).days for d in days]
     params = params_of(settings)
     follows = read_partition(spark, wh, fo_c, ds)
@@ -199,7 +200,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
 
     def producer_rates() -> None:
         # D-1's figures ride along in the estimate's one aggregation (no join of their own)
-        previous = read_partition(spark, wh, pr_c, prev) if wh.is_dir(*pr_c.parts(prev)) else None
+        previous = read_partition(spark, wh, pr_c, prev) if has_partition(wh, pr_c, prev) else None
         producers = estimate(
             window_counts(spark, wh, "events", days, ds),
             follows.select("producer_id"),
@@ -217,7 +218,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
             read_partition(spark, wh, cr_c, prev).select(
                 "consumer_id", F.col("last_view_ds").alias("prev_last_view_ds")
             )
-            if wh.is_dir(*cr_c.parts(prev))
+            if has_partition(wh, cr_c, prev)
             else None
         )
         consumers = (

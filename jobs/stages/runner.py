@@ -2,10 +2,11 @@
 
 ``ingest`` first checks that the day's landing has arrived (``jobs.common.readiness``) and
 refuses the day, changing nothing, when it has not. Each stage's result is recorded in the
-day's ledger (``jobs.common.ledger``: ``manifests/ds=D/stages/<stage>.json``). Starting a
-stage first withdraws what depended on the old version of its outputs (the records of the
-later stages, the validation results and the day's ``_SUCCESS``), so a rerun of, say,
-``plan`` cannot be published with feeds made from the previous plan. The warehouse is opened
+day's ledger (``jobs.common.ledger``: ``manifests/ds=D/stages/<stage>.json``), with the run
+folders it wrote (``jobs.common.versions``). Starting a stage first withdraws what depended on
+the old version of its outputs (the records of the later stages and the validation results),
+so a rerun of, say, ``plan`` cannot be published with feeds made from the previous plan; the
+day's published version stays as it is until ``publish`` switches it. The warehouse is opened
 once per run and handed to every stage.
 """
 
@@ -16,7 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from jobs.common import ledger, readiness
+from jobs.common import ledger, readiness, versions
 from jobs.common.config import Settings
 from jobs.common.dates import days
 from jobs.common.pipeline import REPORTED, SPARK_STAGES, STAGES
@@ -54,20 +55,22 @@ def run_stage(
             from jobs.common.spark import build_session
 
             spark = build_session(settings, f"feedpipe-{stage}-{ds}")
-        if stage == "ingest":
-            result = ingest.run(spark, settings, ds, wh)
-        elif stage == "rates":
-            result = rates.run(spark, settings, ds, wh)
-        elif stage == "plan":
-            result = plan.run(spark, settings, ds, wh)
-        elif stage == "materialize":
-            result = materialize.run(spark, settings, ds, wh, full_refresh=full_refresh)
-        else:
-            try:
-                result = validate.run(spark, settings, ds, wh)
-            except validate.ValidationFailed:
-                _report(wh, ds)  # the failed day's report shows what failed
-                raise
+        with versions.stage_run(ds) as run:
+            if stage == "ingest":
+                result = ingest.run(spark, settings, ds, wh)
+            elif stage == "rates":
+                result = rates.run(spark, settings, ds, wh)
+            elif stage == "plan":
+                result = plan.run(spark, settings, ds, wh)
+            elif stage == "materialize":
+                result = materialize.run(spark, settings, ds, wh, full_refresh=full_refresh)
+            else:
+                try:
+                    result = validate.run(spark, settings, ds, wh)
+                except validate.ValidationFailed:
+                    _report(wh, ds)  # the failed day's report shows what failed
+                    raise
+        result = {**result, "run": run.id, "outputs": dict(sorted(run.outputs.items()))}
     result = {**result, "seconds": round(time.monotonic() - started, 2)}
     if stage != "publish":
         ledger.write_record(wh, ds, stage, result)

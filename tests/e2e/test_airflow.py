@@ -11,6 +11,7 @@ arrived: the sensor waits, times out and fails the run before ``ingest``.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import itertools
 import json
@@ -27,6 +28,7 @@ from jobs.dev.local_airflow import LocalAirflow, airflow, airflow_env, dags_test
 from jobs.serving.reader import FeedReader
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support import naive
+from support.paths import version
 from support.servers import connect_server, logged
 
 START, DAYS, K = dt.date(2026, 1, 1), 3, 20
@@ -64,7 +66,7 @@ def test_dag_folder_has_no_import_errors(home):
     assert errors.returncode == 0, errors.stderr[-2000:]
     assert last_json(errors.stdout) == []
     listed = airflow(env, "dags", "list", "--local", "--output", "json")
-    assert "feeds_daily" in {d["dag_id"] for d in last_json(listed.stdout)}
+    assert {"feeds_daily", CONSUMER} <= {d["dag_id"] for d in last_json(listed.stdout)}
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +112,7 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
             assert time.monotonic() < deadline, af.log_tail()
             time.sleep(2)
         af.api("PATCH", "/api/v2/dags/feeds_daily", {"is_paused": False})
+        af.api("PATCH", f"/api/v2/dags/{CONSUMER}", {"is_paused": False})
         backfill = af.api(
             "POST",
             "/api/v2/backfills",
@@ -136,6 +139,7 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
         done = af.api("GET", f"/api/v2/backfills/{backfill['id']}")
         assert (done["from_date"][:10], done["to_date"][:10]) == (str(start), str(end))
         check_plugin_pages(af, warehouse, [START, *BACKFILLED])
+        summaries = consumer_summaries(af, len(BACKFILLED))
         # the backfill's queries ran in the server's JVM, which wrote the days' tables
         assert str(warehouse) in logged(events)
         # every run, the one dags test made too, with its tasks
@@ -163,9 +167,61 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
         assert manifest["plan"]["served"] == FORCED, ds
         assert manifest["stages"]["plan"]["forced"] is True
     assert (warehouse / "manifests" / "latest").read_text() == end.isoformat()
+    # the example consumer ran on the published-feeds asset, each time on a published day
+    for summary in summaries:
+        manifest = json.loads(
+            (warehouse / "manifests" / f"ds={summary['ds']}" / "manifest.json").read_text()
+        )
+        rows = {k: v["rows"] for k, v in manifest["tables"].items() if k.startswith("feeds/")}
+        assert (summary["served"], summary["rows"]) == (FORCED, rows), summary
+    assert summaries[-1]["ds"] == str(end)
     expected = naive.feeds(landing, end, START, K)
     got = FeedReader(str(warehouse), end).feeds(sorted(expected), K)
     assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
+
+
+CONSUMER = "feeds_consumer_example"
+
+
+def consumer_summaries(af, published: int) -> list[dict]:
+    """Once every publish task has updated the asset (one event each) and the example
+    consumer's asset-triggered runs have finished: what each run returned, oldest first."""
+    deadline = time.monotonic() + 300
+    while True:
+        events = af.api(
+            "GET", "/api/v2/assets/events?source_dag_id=feeds_daily&source_task_id=publish_day"
+        )["asset_events"]
+        backfilled = [e for e in events if "backfill" in str(e.get("source_run_id"))]
+        runs = af.api("GET", f"/api/v2/dags/{CONSUMER}/dagRuns?limit=50")["dag_runs"]
+        if (
+            len(backfilled) == published
+            and runs
+            and all(r["state"] in ("success", "failed") for r in runs)
+            and max(r["start_date"] or "" for r in runs) >= max(e["timestamp"] for e in backfilled)
+        ):
+            break
+        assert time.monotonic() < deadline, f"{len(backfilled)} events, runs {runs}"
+        time.sleep(5)
+    assert {e["asset"]["name"] if "asset" in e else e.get("name") for e in backfilled} <= {
+        "feedpipe_published_feeds",
+        None,
+    }
+    assert all(r["run_type"] == "asset_triggered" and r["state"] == "success" for r in runs)
+    out = []
+    for r in sorted(runs, key=lambda r: r["start_date"]):
+        entry = af.api(
+            "GET",
+            f"/api/v2/dags/{CONSUMER}/dagRuns/{r['dag_run_id']}/taskInstances/"
+            "summarize_published_day/xcomEntries/return_value?deserialize=true",
+        )
+        value = entry["value"]
+        if isinstance(value, str):  # serialized as JSON, or as the dict's repr
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = ast.literal_eval(value)
+        out.append(value)
+    return out
 
 
 def check_plugin_pages(af, warehouse: Path, days: list[dt.date]) -> None:
@@ -184,7 +240,9 @@ def check_plugin_pages(af, warehouse: Path, days: list[dt.date]) -> None:
         assert status == 200, page
         assert "id='status' class='ok'>published" in page
         assert "id='quality' class='ok'>all suites passed" in page
-        cost = pq.read_table(warehouse / "plan" / "plan_cost" / f"ds={ds}").to_pylist()
+        cost = pq.read_table(
+            version(warehouse, "plan", "plan_cost", ds, published=True)
+        ).to_pylist()
         for r in cost:
             row = re.search(rf"<tr class='\w*' data-strategy='{r['strategy']}'>(.*?)</tr>", page)
             assert row, r["strategy"]

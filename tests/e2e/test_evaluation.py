@@ -17,6 +17,7 @@ from jobs.evaluation import replay
 from jobs.evaluation.rates import evaluate
 from jobs.stages import runner
 from jobs.workloads.generate import PROFILES, generate, scaled
+from support.paths import version
 from support.workloads import LAST
 
 START = dt.date(2026, 2, 1)
@@ -72,7 +73,7 @@ def test_replay_counts_what_each_plan_would_have_cost_the_next_day(spark, built_
     wh = Path(s.warehouse)
 
     def table(layer: str, name: str, day: dt.date) -> pd.DataFrame:
-        return pd.read_parquet(wh / layer / name / f"ds={day}")
+        return pd.read_parquet(version(wh, layer, name, day))
 
     edges = list(table("clean", "follows", d)[["consumer_id", "producer_id"]].itertuples(False))
     events = table("clean", "events", nxt)

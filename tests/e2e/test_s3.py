@@ -75,7 +75,19 @@ def test_a_backfill_on_s3_serves_the_naive_feeds(s3_env, tmp_path):
         k.startswith(f"warehouse/feeds/consumer_feed/ds={end}/") and k.endswith(".parquet")
         for k in keys
     )
-    assert not [k for k in keys if k.startswith("warehouse/_staging/") and k.endswith(".parquet")]
+    # each table of the day has exactly the version its manifest names (a backfill writes
+    # each day once; nothing was staged or copied inside the bucket)
+    manifest = json.loads(
+        s3.get_object(Bucket="feedpipe", Key=f"warehouse/manifests/ds={end}/manifest.json")[
+            "Body"
+        ].read()
+    )
+    versions = {
+        (f"{parts[1]}/{parts[2]}", parts[4])
+        for parts in (k.split("/") for k in keys)
+        if len(parts) > 5 and parts[3] == f"ds={end}" and parts[4].startswith("run=")
+    }
+    assert versions == set(manifest["versions"].items())
 
     expected = naive.feeds(tmp_path / "local", end, START, K)
     got = FeedReader("s3://feedpipe/warehouse", end).feeds(sorted(expected), K)

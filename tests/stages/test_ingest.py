@@ -5,19 +5,32 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from jobs.common import ledger, versions
 from jobs.common.storage import Storage
-from jobs.common.tables import ContractError, contract, read_partition
+from jobs.common.tables import ContractError, contract, has_partition, read_partition
 from jobs.stages import ingest
 
 D1, D2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
 ODD = 'o"neil, jr.'  # a quote and a comma inside an id
 UNI = "zoë-🦉"
+
+
+def ingest_day(spark, settings, ds: dt.date) -> dict:
+    """Ingest one day as the runner does (its record names the run's folders), without the
+    readiness check: these days land only the tables a test is about."""
+    wh = Storage.at(settings.warehouse)
+    ledger.withdraw(wh, ds, "ingest")
+    with versions.stage_run(ds) as run:
+        result = ingest.run(spark, settings, ds, wh)
+    ledger.write_record(wh, ds, "ingest", {**result, "outputs": run.outputs})
+    return result
 
 
 def put(root: Path, table: str, ds: dt.date, name: str, content: str | bytes) -> Path:
@@ -110,7 +123,7 @@ def counts(stats, table):
 
 
 def test_day_one_every_row_accounted_for(spark, day1):
-    stats = ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
+    stats = ingest_day(spark, day1, D1)
     wh = Storage.at(day1.warehouse)
     # follows: 6 rows = 3 clean + 1 repeated edge + self-follow + null key
     assert counts(stats, "follows") == (6, 3, 1, 2)
@@ -156,7 +169,7 @@ def test_day_one_every_row_accounted_for(spark, day1):
 
 
 def test_change_log_applies_to_the_previous_graph(spark, day1):
-    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
+    ingest_day(spark, day1, D1)
     put(
         Path(day1.landing),
         "follows",
@@ -211,7 +224,7 @@ def test_change_log_applies_to_the_previous_graph(spark, day1):
             ]
         ),
     )
-    stats = ingest.run(spark, day1, D2, Storage.at(day1.warehouse))
+    stats = ingest_day(spark, day1, D2)
     # 8 rows: 4 winning changes, 2 superseded (repeated follow; follow then unfollow),
     # 2 quarantined (unknown op, change without timestamp)
     assert counts(stats, "follows") == (8, 4, 2, 2)
@@ -229,10 +242,10 @@ def test_change_log_applies_to_the_previous_graph(spark, day1):
 
 
 def test_rerun_gives_the_same_rows(spark, day1):
-    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
+    ingest_day(spark, day1, D1)
     wh = Storage.at(day1.warehouse)
     first = sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect())
-    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
+    ingest_day(spark, day1, D1)
     assert sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect()) == first
     assert len(list((Path(day1.warehouse) / "clean" / "events").iterdir())) == 1  # one partition
 
@@ -253,19 +266,19 @@ def test_bad_files_fail_with_the_file_and_the_problem(spark, make_settings, name
     folder.mkdir(parents=True)
     (folder / name).write_bytes(b"\x1f\x8b\x08garbage" if content is None else content.encode())
     with pytest.raises(ContractError, match=message) as err:
-        ingest.run(spark, s, D1, Storage.at(s.warehouse))
+        ingest_day(spark, s, D1)
     assert name in str(err.value)
 
 
 def test_a_resent_late_event_is_a_duplicate_across_days(spark, day1):
-    ingest.run(spark, day1, D1, Storage.at(day1.warehouse))
+    ingest_day(spark, day1, D1)
     resent = [
         {"event_id": "e1", "producer_id": ODD, "created_at": "2026-03-01T08:00:00Z"},  # seen on D1
         {"event_id": "e9", "producer_id": ODD, "created_at": "2026-03-01T09:00:00Z"},  # new, late
         {"event_id": "e10", "producer_id": ODD, "created_at": "2026-03-02T09:00:00Z"},
     ]
     put(Path(day1.landing), "events", D2, "e.jsonl", "".join(json.dumps(e) + "\n" for e in resent))
-    stats = ingest.run(spark, day1, D2, Storage.at(day1.warehouse))
+    stats = ingest_day(spark, day1, D2)
     assert counts(stats, "events") == (3, 2, 1, 0)
     wh = Storage.at(day1.warehouse)
     q = read_partition(spark, wh, contract("quarantine", "rows"), D2, table="events").collect()
@@ -280,13 +293,21 @@ def test_too_many_bad_rows_hold_the_table_back(spark, make_settings):
     s = make_settings(max_quarantine_share=0.25)
     rows = csv_line("a", "2026-03-01T10:00:00Z") + csv_line("b", "not a time") * 2
     put(Path(s.landing), "views", D1, "v.csv", "consumer_id,viewed_at\n" + rows)
-    with pytest.raises(
-        ingest.IngestRejected, match=r"views: 2 of 3 rows \(66.7%\).*bad_timestamp 2"
-    ):
-        ingest.run(spark, s, D1, Storage.at(s.warehouse))
     wh = Storage.at(s.warehouse)
-    assert read_partition(spark, wh, contract("quarantine", "rows"), D1, table="views").count() == 2
-    assert not wh.is_dir("clean", "views", f"ds={D1}")
+    with (
+        versions.stage_run(D1),
+        pytest.raises(
+            ingest.IngestRejected, match=r"views: 2 of 3 rows \(66.7%\).*bad_timestamp 2"
+        ) as rejected,
+    ):
+        ingest.run(spark, s, D1, wh)
+    # the message names the rejected run's quarantine folder, which holds the two rows
+    where = re.search(r"the rows are in (\S+) and no clean data", str(rejected.value)).group(1)
+    assert where.startswith(f"{s.warehouse}/quarantine/views/ds={D1}/run=")
+    assert pq.read_table(where).num_rows == 2
+    # and the day has no version of its tables: ingest did not finish
+    assert not has_partition(wh, contract("clean", "views"), D1)
+    assert not has_partition(wh, contract("quarantine", "rows"), D1, "views")
 
 
 LONG_ID = "x" * 10_000
@@ -386,10 +407,10 @@ def test_hostile_inputs(spark, make_settings, name, table, fname, content, expec
         put(Path(s.landing), table, D1, fname, content)
     if isinstance(expected, str):
         with pytest.raises(ContractError, match=expected) as err:
-            ingest.run(spark, s, D1, Storage.at(s.warehouse))
+            ingest_day(spark, s, D1)
         assert fname in str(err.value)
         return
-    stats = ingest.run(spark, s, D1, Storage.at(s.warehouse))["tables"][table]
+    stats = ingest_day(spark, s, D1)["tables"][table]
     clean, reasons = expected
     assert (stats["clean"], stats["quarantine_reasons"]) == (clean, reasons)
     assert stats["rows_in"] == stats["clean"] + stats["duplicates"] + stats["quarantined"]

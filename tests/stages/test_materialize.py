@@ -96,7 +96,7 @@ def test_per_producer_feeds_are_diverse_gapless_and_ordered(spark, churn_landing
     follows: dict[str, set[str]] = {}
     for c, p in naive.graph(churn_landing, ds, START):
         follows.setdefault(c, set()).add(p)
-    feeds = FeedReader(s.warehouse, ds).feeds(sorted(follows), K)
+    feeds = FeedReader(s.warehouse, ds, unpublished=True).feeds(sorted(follows), K)
     checked_fast = 0
     for c, feed in feeds.items():
         ids = [it.event_id for it in feed]

@@ -14,6 +14,7 @@ import pytest
 from jobs.common.config import Settings
 from jobs.stages import runner
 from support import browser
+from support.paths import version
 from support.workloads import LAST
 from support.workloads import days as all_days
 
@@ -27,6 +28,21 @@ def test_validate_publish_and_report_a_good_day(spark, built_copy, tmp_path):
     manifest = json.loads((wh / "manifests" / f"ds={ds}" / "manifest.json").read_text())
     assert (wh / "manifests" / f"ds={ds}" / "_SUCCESS").exists()
     assert (wh / "manifests" / "latest").read_text() == ds.isoformat()
+    # the manifest names the run folder of every table the stages wrote, and only those
+    # folders are left of the day
+    records = {
+        st: json.loads((wh / "manifests" / f"ds={ds}" / "stages" / f"{st}.json").read_text())
+        for st in ("ingest", "rates", "plan", "materialize")
+    }
+    named = {k: v for r in records.values() for k, v in r["outputs"].items()}
+    assert manifest["versions"] == named and "feeds/consumer_feed" in named
+    left = {
+        f"{p.parent.parent.parent.name}/{p.parent.parent.name}": p.name
+        for p in wh.glob(f"*/*/ds={ds}/run=*")
+    }
+    assert left == named
+    for key, entry in manifest["tables"].items():
+        assert entry["path"] == f"{key}/ds={ds}/{named[key]}"
     # Data Docs: the index links every suite's validation page, and each page exists
     docs = wh / "quality" / f"ds={ds}" / "docs"
     results = json.loads((wh / "quality" / f"ds={ds}" / "results.json").read_text())
@@ -50,8 +66,8 @@ def latency_shares(settings: Settings, ds: dt.date) -> list[float]:
     from the edge plan and the consumers' view rates: a consumer reads each pulled producer,
     each shared view and its own feed if anything is pushed; weights are views per hour."""
     wh = Path(settings.warehouse)
-    plan = pd.read_parquet(wh / "plan" / "edge_plan" / f"ds={ds}")
-    theta = pd.read_parquet(wh / "rates" / "consumer_rates" / f"ds={ds}").set_index("consumer_id")[
+    plan = pd.read_parquet(version(wh, "plan", "edge_plan", ds))
+    theta = pd.read_parquet(version(wh, "rates", "consumer_rates", ds)).set_index("consumer_id")[
         "views_per_hour"
     ]
     sources: dict[str, set] = {}
@@ -75,7 +91,7 @@ def check_report(settings: Settings, ds: dt.date, tmp_path: Path) -> None:
     the tables, the latency distribution against one counted here, and the charts drawn."""
     wh = Path(settings.warehouse)
     page = browser.render(wh / "reports" / f"ds={ds}" / "index.html", tmp_path / "report.png")
-    costs = pd.read_parquet(wh / "plan" / "plan_cost" / f"ds={ds}").sort_values("total_cost")
+    costs = pd.read_parquet(version(wh, "plan", "plan_cost", ds)).sort_values("total_cost")
     served = costs[costs.chosen].iloc[0]
     assert page.text["status"] == "published"
     assert f"served plan: {served.strategy}" in page.text["served"]
@@ -97,13 +113,13 @@ def check_report(settings: Settings, ds: dt.date, tmp_path: Path) -> None:
     p = {r[0]: r[1:4] for r in page.rows("latency")[1:]}
     assert p[served.strategy] == [f"{served[f'sources_p{q}']:g}" for q in (50, 95, 99)]
 
-    flagged = pd.read_parquet(wh / "rates" / "producer_rates" / f"ds={ds}").flash.sum()
+    flagged = pd.read_parquet(version(wh, "rates", "producer_rates", ds)).flash.sum()
     assert page.text["flash"].startswith(f"{flagged} producer(s) flagged")
 
     days = [d for d in all_days() if d <= ds]
     modeled, pure = [], []
     for d in days:
-        c = pd.read_parquet(wh / "plan" / "plan_cost" / f"ds={d}")
+        c = pd.read_parquet(version(wh, "plan", "plan_cost", d))
         modeled.append(float(c[c.chosen].total_cost.iloc[0]))
         pure.append(float(c[c.strategy.isin(["push-all", "pull-all"])].total_cost.min()))
     assert page.marks["chart-trend"]["served"] == pytest.approx(modeled)

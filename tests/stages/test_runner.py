@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.common import ledger, readiness
+from jobs.common import ledger, readiness, versions
 from jobs.common.storage import Storage
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
-from support.workloads import LAST, build, table_rows
+from support import naive
+from support.workloads import LAST, K, assembled, build, days, table_rows
 
 TABLES = [
     ("clean", "follows"),
@@ -54,7 +55,7 @@ def tree(root: str) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in Path(root).rglob("*") if p.is_file()}
 
 
-def test_a_rerun_stage_withdraws_the_later_records_and_the_days_publication(
+def test_a_rerun_stage_withdraws_the_later_records_not_the_published_version(
     spark, built_copy, tmp_path, capsys
 ):
     s, wh = built_copy, Storage.at(built_copy.warehouse)
@@ -79,11 +80,20 @@ def test_a_rerun_stage_withdraws_the_later_records_and_the_days_publication(
             )
     assert tree(s.warehouse) == before
     assert ledger.is_published(wh, LAST)
+    served = versions.published(wh, LAST)
+    expected = naive.feeds(Path(s.landing), LAST, days()[0], K)
+    consumers = sorted(expected)[:50]
+    feeds = assembled(s.warehouse, LAST, consumers, published=True)
+    assert feeds == {c: expected[c] for c in consumers}
     runner.run_stage("plan", s, LAST, spark)
-    assert not ledger.is_published(wh, LAST)
     assert set(ledger.read_records(wh, LAST)) == {"ingest", "rates", "plan"}
     assert not wh.exists(*ledger.results_parts(LAST))  # the validation results went too
-    with pytest.raises(PublishRefused, match="has not been validated"):
+    # the published version is untouched, and readers keep reading it
+    assert ledger.is_published(wh, LAST) and versions.published(wh, LAST) == served
+    assert versions.working(wh, LAST).folders["plan/edge_plan"] != served.folders["plan/edge_plan"]
+    assert assembled(s.warehouse, LAST, consumers, published=True) == feeds
+    # materialize and validate have not run since plan: the new plan cannot be published
+    with pytest.raises(PublishRefused, match="materialize, validate has not run"):
         runner.run_stage("publish", s, LAST, spark)
 
 

@@ -25,6 +25,14 @@ def test_feed_command_line_json_shapes(churn_landing, built, tmp_path):
         "--warehouse",
         built.warehouse,
     ]
+    # the built days are not published: refused in one line, read with --unpublished
+    refused = subprocess.run([*base, "--consumer", some[0]], capture_output=True, text=True)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"feedpipe: error: {ds} has not been published in {built.warehouse} "
+        "(feedpipe feed --unpublished reads its latest complete run)"
+    )
+    base.append("--unpublished")
     one = subprocess.run(
         [*base, "--consumer", some[0], "--format", "json"], capture_output=True, text=True
     )

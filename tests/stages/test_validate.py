@@ -14,16 +14,18 @@ import pytest
 
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
+from jobs.common.versions import locate
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
 from jobs.stages.validate import ValidationFailed, accounting_check
 from support import browser
+from support.paths import version
 from support.workloads import LAST
 
 
 def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_copy):
     ds = LAST
-    folder = Path(built_copy.warehouse) / "feeds" / "consumer_feed" / f"ds={ds}"
+    folder = version(built_copy.warehouse, "feeds", "consumer_feed", ds)
     files = sorted(folder.glob("*.parquet"))
     table = pq.read_table(files[0])
     rank = table.column("rank").to_pylist()
@@ -61,14 +63,14 @@ def test_row_accounting_counts_what_was_written(spark, built_copy):
     wh = Path(built_copy.warehouse)
     ingest = read_record(Storage.at(str(wh)), ds, "ingest")
 
-    def rows(*parts: str) -> int:
-        folder = wh.joinpath(*parts)
-        return pads.dataset(str(folder)).count_rows() if folder.exists() else 0
+    def rows(layer: str, table: str) -> int:
+        where = locate(Storage.at(str(wh)), f"{layer}/{table}", ds)
+        return pads.dataset(str(wh.joinpath(*where))).count_rows() if where else 0
 
     expected = {}
     for table, c in ingest["tables"].items():
-        quarantined = rows("quarantine", table, f"ds={ds}")
-        clean = c["clean"] if table == "follows" else rows("clean", table, f"ds={ds}")
+        quarantined = rows("quarantine", table)
+        clean = c["clean"] if table == "follows" else rows("clean", table)
         expected[table] = clean + quarantined
     assert set(expected) == {"events", "follows", "views"}
     assert expected["events"] > 0 and expected["views"] > 0
@@ -82,11 +84,11 @@ def test_row_accounting_counts_what_was_written(spark, built_copy):
 
     # ingest's per-day counts (what rates reads) sum to the clean rows; a lost count shows
     for table, name in (("events", "event_counts"), ("views", "view_counts")):
-        counted = pc.sum(pads.dataset(str(wh / "clean" / name / f"ds={ds}")).to_table()["n"])
-        assert counted.as_py() == rows("clean", table, f"ds={ds}") == got["clean_rows"][table]
+        counted = pc.sum(pads.dataset(str(version(wh, "clean", name, ds))).to_table()["n"])
+        assert counted.as_py() == rows("clean", table) == got["clean_rows"][table]
         assert got["clean_counted"][table] == counted.as_py()
     assert got["clean_rows"].isna()["follows"] and got["clean_counted"].isna()["follows"]
-    folder = wh / "clean" / "view_counts" / f"ds={ds}"
+    folder = version(wh, "clean", "view_counts", ds)
     whole = pads.dataset(str(folder)).to_table()
     for f in folder.glob("*.parquet"):
         f.unlink()
@@ -108,13 +110,19 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     import dataclasses
     import shutil
 
-    from jobs.common import ledger
+    from jobs.common import ledger, versions
     from support.workloads import days
 
     wh = Storage.at(built_copy.warehouse)
     for d in days()[:-1]:
         ledger.mark_published(
-            wh, d, {"ds": str(d), "input": read_record(wh, d, "ingest")["tables"]}
+            wh,
+            d,
+            {
+                "ds": str(d),
+                "input": read_record(wh, d, "ingest")["tables"],
+                "versions": versions.working(wh, d).folders,
+            },
         )
     history = [read_record(wh, d, "ingest")["tables"] for d in days()[:-1]]
     landing = tmp_path / "landing"
@@ -140,7 +148,7 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
             "the 4 previous published days (allowed 0.2x to 5x: volume_low, volume_high)"
         ) in message
     edges = read_record(wh, LAST, "ingest")["tables"]["follows"]["edges_before"]
-    graph = Path(built_copy.warehouse) / "clean" / "follows" / f"ds={days()[-2]}"
+    graph = version(built_copy.warehouse, "clean", "follows", days()[-2])
     assert edges == pads.dataset(str(graph)).count_rows() > 0
     assert f"follow gate: 100.0% of the {edges:,.0f} follow edges changed on {LAST}" in message
     results = json.loads(wh.read_text("quality", f"ds={LAST}", "results.json"))
@@ -160,8 +168,8 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     shutil.rmtree(landing / "follows")
     shutil.copytree(Path(built_copy.landing) / "follows", landing / "follows")
     outage = dataclasses.replace(s, allow_empty=("events", "views"))
-    runner.run_stage("ingest", outage, LAST, spark)
-    runner.run_stage("validate", outage, LAST, spark)
+    for stage in ("ingest", "rates", "plan", "materialize", "validate"):
+        runner.run_stage(stage, outage, LAST, spark)
     results = json.loads(wh.read_text("quality", f"ds={LAST}", "results.json"))
     volume = [g for g in results["gates"] if g["gate"] == "volume"]
     assert [(g["table"], g["days"], g["passed"]) for g in volume] == [

@@ -10,12 +10,15 @@ import pyarrow.dataset as pads
 from jobs.common.tables import PUBLISHED_TABLES
 from jobs.serving.reader import FeedReader
 from support import naive
+from support.paths import version
 
 
-def rows(warehouse: str, layer: str, table: str, day: dt.date) -> list[tuple]:
-    data = pads.dataset(
-        f"{warehouse}/{layer}/{table}/ds={day}", format="parquet", ignore_prefixes=["_", "."]
-    ).to_table()
+def rows(
+    warehouse: str, layer: str, table: str, day: dt.date, published: bool = True
+) -> list[tuple]:
+    """The rows of the day's published version of a table (or of its working version)."""
+    folder = version(warehouse, layer, table, day, published=published)
+    data = pads.dataset(str(folder), format="parquet", ignore_prefixes=["_", "."]).to_table()
     return sorted(tuple(r.values()) for r in data.to_pylist())
 
 

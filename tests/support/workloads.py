@@ -117,10 +117,11 @@ def build(spark, settings, on: Iterable[dt.date], stages: tuple[str, ...] = BUIL
 
 
 def assembled(
-    warehouse: str, ds: dt.date, consumers: list[str], k: int = K
+    warehouse: str, ds: dt.date, consumers: list[str], k: int = K, published: bool = False
 ) -> dict[str, list[str]]:
-    """The reader's feeds of ``consumers``, as event ids."""
+    """The reader's feeds of ``consumers``, as event ids: of the day's latest complete run
+    (what the stages just built), or of its published version."""
     from jobs.serving.reader import FeedReader
 
-    got = FeedReader(warehouse, ds).feeds(consumers, k)
+    got = FeedReader(warehouse, ds, unpublished=not published).feeds(consumers, k)
     return {c: [it.event_id for it in feed] for c, feed in got.items()}

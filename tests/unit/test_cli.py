@@ -20,7 +20,7 @@ def feedpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 VERBS = [
     *("generate", "import", "run", "backfill"),
     *("ingest", "rates", "plan", "materialize", "validate", "publish"),
-    *("feed", "report", "evaluate", "evaluate-rates", "connect-server", "config"),
+    *("feed", "tables", "report", "evaluate", "evaluate-rates", "connect-server", "config"),
 ]
 """The verbs of ../shared/DESIGN.md and the README."""
 
@@ -58,7 +58,10 @@ def test_config_prints_the_effective_settings(tmp_path, monkeypatch, capsys):
 def test_errors_are_one_line_not_a_traceback(tmp_path):
     result = feedpipe("feed", "--consumer", "x", "--ds", "2026-01-01", "--warehouse", str(tmp_path))
     assert result.returncode == 1
-    assert result.stderr.startswith("feedpipe: error: no feeds materialized for 2026-01-01")
+    assert result.stderr == (
+        f"feedpipe: error: 2026-01-01 has not been published in {tmp_path} "
+        "(feedpipe feed --unpublished reads its latest complete run)\n"
+    )
     assert "Traceback" not in result.stderr
     remote = feedpipe("config", "--spark-remote", "http://127.0.0.1:15002")
     assert remote.returncode == 1 and "sc://host:port" in remote.stderr

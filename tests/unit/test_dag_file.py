@@ -122,3 +122,25 @@ def test_a_manual_run_can_force_every_strategy_the_plan_knows():
     assert wanted | {"cz-hierarchy1"} <= set(enum)
     for strategy in enum[1:]:
         assert Settings(strategy=strategy).strategy == strategy  # the plan stage accepts it
+
+
+def test_publish_updates_the_published_feeds_asset_and_the_example_consumer_is_scheduled_on_it(
+    monkeypatch,
+):
+    monkeypatch.setenv("FEEDPIPE_WAREHOUSE", "s3a://bucket/warehouse/")
+    dag = load_dag()
+    (asset,) = dag.get_task("publish_day").outlets
+    assert (asset.name, asset.uri) == (
+        "feedpipe_published_feeds",
+        "s3://bucket/warehouse/manifests",
+    )
+    assert all(not t.outlets for t in dag.tasks if t.task_id != "publish_day")
+    spec = importlib.util.spec_from_file_location(
+        "feeds_consumer_example", REPO / "dags" / "feeds_consumer_example.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    consumer = module.dag
+    assert consumer.dag_id == "feeds_consumer_example"
+    assert consumer.timetable.asset_condition.objects == (asset,)
+    assert [t.task_id for t in consumer.tasks] == ["summarize_published_day"]

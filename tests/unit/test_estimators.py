@@ -186,6 +186,7 @@ def test_window_counts_read_ingests_counts_and_count_older_days_from_clean_rows(
     from jobs.common.storage import Storage
     from jobs.common.tables import contract, write_partition
     from jobs.stages.rates import window_counts
+    from support.paths import recorded
 
     wh = Storage.at(make_settings().warehouse)
     ds = D(2026, 5, 3)
@@ -194,10 +195,12 @@ def test_window_counts_read_ingests_counts_and_count_older_days_from_clean_rows(
     at = dt.datetime(2026, 5, 1, 12)
     # 2026-05-01: clean rows only (ingested before counts existed): a x2, b x1
     rows = [("e1", "a", at, None), ("e2", "a", at, None), ("e3", "b", at, None)]
-    write_partition(spark.createDataFrame(rows, schema), wh, events, D(2026, 5, 1))
+    with recorded(wh.root, D(2026, 5, 1), "ingest"):
+        write_partition(spark.createDataFrame(rows, schema), wh, events, D(2026, 5, 1))
     # 2026-05-03: counts as ingest writes them; no clean rows needed to read them
     counts = spark.createDataFrame([("a", 5), ("c", 7)], "producer_id string, n long")
-    write_partition(counts, wh, contract("clean", "event_counts"), ds)
+    with recorded(wh.root, ds, "ingest"):
+        write_partition(counts, wh, contract("clean", "event_counts"), ds)
     # 2026-05-02 has no data at all
     days = [D(2026, 5, 1), D(2026, 5, 2), ds]
     got = {tuple(r) for r in window_counts(spark, wh, "events", days, ds).collect()}

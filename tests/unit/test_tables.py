@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from support.paths import recorded, version
+
 D1, D2, D3, D4 = (dt.date(2026, 3, d) for d in (1, 2, 3, 4))
 AT = dt.datetime(2026, 3, 1, 8)
 
@@ -18,7 +20,7 @@ def follows(consumers: range, producers: int = 4) -> list[tuple[str, str, dt.dat
 
 def files_of(wh: Path, ds: dt.date) -> list[list[tuple[str, str]]]:
     """Each file's (consumer_id, producer_id) rows in file order, the files by name."""
-    folder = wh / "clean" / "follows" / f"ds={ds}"
+    folder = version(wh, "clean", "follows", ds)
     out = []
     for p in sorted(folder.glob("*.parquet")):
         cols = pq.read_table(p, columns=["consumer_id", "producer_id"]).to_pydict()
@@ -49,7 +51,8 @@ def test_range_write_reuses_the_previous_bounds_and_rebalances(spark, make_setti
     schema = "consumer_id string, producer_id string, followed_at timestamp"
 
     def write(rows: list, ds: dt.date) -> None:
-        write_partition(spark.createDataFrame(rows, schema), wh, c, ds, files=4)
+        with recorded(wh.root, ds, "ingest"):
+            write_partition(spark.createDataFrame(rows, schema), wh, c, ds, files=4)
 
     # day 1: nothing before it, so the bounds are sampled
     day1 = follows(range(1000))
@@ -108,9 +111,10 @@ def test_ids_marked_in_the_contract_are_written_without_a_dictionary(spark, make
         for i in range(2000)
     ]
     df = spark.createDataFrame(rows, ", ".join(f"{col.name} {col.type}" for col in c.columns))
-    write_partition(df, wh, c, D1, files=2)
+    with recorded(wh.root, D1, "plan"):
+        write_partition(df, wh, c, D1, files=2)
 
-    folder = Path(settings.warehouse) / "plan" / "edge_plan" / f"ds={D1}"
+    folder = version(settings.warehouse, "plan", "edge_plan", D1)
     files = sorted(folder.glob("*.parquet"))
     assert len(files) == 2
     read = []

@@ -1,0 +1,253 @@
+"""Versions of a day's tables: every run writes new files, and a day switches to them at once.
+
+A stage writes each table partition into a folder of its own run,
+``<layer>/<table>/ds=D/run=<RUN>/part-*.parquet`` (``RUN``: UTC time then a random suffix,
+so names sort by start time), and never touches another run's folder. Which folder is a
+day's table is said in one place at a time:
+
+* the **working version** of day D: the folders the stages' records name
+  (``manifests/ds=D/stages/<stage>.json``, key ``outputs``). A stage's record is written only
+  when the stage has finished, and withdrawn when it, or a stage before it, starts again, so
+  the working version is always the complete output of finished stages;
+* the **published version** of day D: the folders ``manifests/ds=D/manifest.json`` names
+  (key ``versions``), present once the day has its ``_SUCCESS``. ``publish`` replaces that
+  one file (one rename on a local disk, one PUT on S3): readers see the previous complete
+  version or the new one, never a mixture, whatever is killed when.
+
+Readers (the feed reader, the reports, the Airflow UI page, ``feedpipe tables``) resolve a day
+through :func:`published` (or, asked explicitly, :func:`working`). Stages read the working
+version of their own day and, for earlier days, the working version or else the published
+one. After a switch, ``publish`` removes every other run folder of the day except the version
+it replaced (a reader may still be reading that one): :func:`prune`.
+
+Tables outside the stages' layers (``eval/*``, written by the research commands) resolve to
+their newest complete run (the folder holding Spark's ``_SUCCESS``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyarrow import fs as pafs
+
+from jobs.common import ledger
+from jobs.common.pipeline import STAGES
+from jobs.common.storage import Storage, ds_dir
+
+RUN_PREFIX = "run="
+
+OWNER: dict[str, str] = {
+    "clean": "ingest",
+    "quarantine": "ingest",
+    "rates": "rates",
+    "plan": "plan",
+    "feeds": "materialize",
+}
+"""The stage whose record names the working version of each layer's tables."""
+
+
+class LegacyLayout(RuntimeError):
+    """A day written by a feedpipe that did not version its tables."""
+
+
+def new_run_id() -> str:
+    now = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{now}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Run:
+    """The run of one stage for one day: the folder name its writes go to, and what it wrote
+    (``layer/table`` -> ``run=<id>``), which the runner puts in the stage's record."""
+
+    ds: dt.date
+    id: str = field(default_factory=new_run_id)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        return f"{RUN_PREFIX}{self.id}"
+
+
+_CURRENT: contextvars.ContextVar[Run | None] = contextvars.ContextVar("feedpipe_run", default=None)
+
+
+@contextlib.contextmanager
+def stage_run(ds: dt.date) -> Iterator[Run]:
+    """Writes inside this block belong to one new run of a stage for day ``ds``."""
+    run = Run(ds)
+    token = _CURRENT.set(run)
+    try:
+        yield run
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> Run | None:
+    return _CURRENT.get()
+
+
+def table_key(layer: str, table: str) -> str:
+    return f"{layer}/{table}"
+
+
+def version_parts(key: str, ds: dt.date, folder: str) -> tuple[str, ...]:
+    """Path parts of one version of a table partition: ``layer/table/ds=D/run=R``."""
+    return (*key.split("/"), ds_dir(ds), folder)
+
+
+@dataclass(frozen=True)
+class DayVersion:
+    """One version of a day: the folder of each of its tables, and what its runs recorded."""
+
+    ds: dt.date
+    published: bool
+    folders: dict[str, str]
+    """``layer/table`` -> ``run=<id>``."""
+    records: dict[str, Any]
+    results: dict[str, Any] | None
+    manifest: dict[str, Any] | None = None
+
+    def parts(self, key: str) -> tuple[str, ...] | None:
+        folder = self.folders.get(key)
+        return version_parts(key, self.ds, folder) if folder else None
+
+    def has(self, key: str) -> bool:
+        return key in self.folders
+
+
+def _outputs(record: dict[str, Any], where: str) -> dict[str, str]:
+    if "outputs" not in record:
+        raise LegacyLayout(
+            f"{where} was written by a feedpipe that did not version its tables; rebuild the "
+            "warehouse with `feedpipe backfill --start FIRST --end LAST --full-refresh`"
+        )
+    return {str(k): str(v) for k, v in record["outputs"].items()}
+
+
+def working(wh: Storage, ds: dt.date) -> DayVersion:
+    """The output of the day's finished stages (what the next stage, or ``publish``, uses)."""
+    records = ledger.read_records(wh, ds)
+    folders: dict[str, str] = {}
+    for stage, record in records.items():
+        if stage in OWNER.values():
+            folders.update(_outputs(record, wh.uri(*ledger.record_parts(ds, stage))))
+    results_at = ledger.results_parts(ds)
+    results = json.loads(wh.read_text(*results_at)) if wh.exists(*results_at) else None
+    return DayVersion(ds, False, folders, records, results)
+
+
+def published(wh: Storage, ds: dt.date) -> DayVersion | None:
+    """The day as last published, or None when it never was."""
+    if not ledger.is_published(wh, ds) or not wh.exists(*ledger.manifest_parts(ds)):
+        return None
+    manifest = json.loads(wh.read_text(*ledger.manifest_parts(ds)))
+    if "versions" not in manifest:
+        raise LegacyLayout(
+            f"{wh.uri(*ledger.manifest_parts(ds))} was written by a feedpipe that did not "
+            "version its tables; rebuild the warehouse with "
+            "`feedpipe backfill --start FIRST --end LAST --full-refresh`"
+        )
+    quality = manifest.get("quality", {})
+    return DayVersion(
+        ds,
+        True,
+        {str(k): str(v) for k, v in manifest["versions"].items()},
+        dict(manifest.get("stages", {})),
+        quality.get("results"),
+        manifest,
+    )
+
+
+def for_readers(wh: Storage, ds: dt.date) -> DayVersion:
+    """The published version, else (a day never published) the working one."""
+    return published(wh, ds) or working(wh, ds)
+
+
+def newest_complete(wh: Storage, key: str, ds: dt.date) -> str | None:
+    """The newest run folder of a partition holding Spark's ``_SUCCESS`` (tables no stage owns)."""
+    for folder in sorted(run_folders(wh, key, ds), reverse=True):
+        if wh.exists(*version_parts(key, ds, folder), "_SUCCESS"):
+            return folder
+    return None
+
+
+def locate(wh: Storage, key: str, ds: dt.date) -> tuple[str, ...] | None:
+    """Where a pipeline stage reads table ``key`` of day ``ds``, or None when it has none.
+
+    What the running stage itself wrote; else the owner stage's record; else, for a day other
+    than the running stage's (a stage never mixes its own day's versions), the published
+    version."""
+    run = current()
+    if run is not None and run.ds == ds and key in run.outputs:
+        return version_parts(key, ds, run.outputs[key])
+    owner = OWNER.get(key.split("/", 1)[0])
+    if owner is None:
+        folder = newest_complete(wh, key, ds)
+        return version_parts(key, ds, folder) if folder else None
+    record = ledger.read_record(wh, ds, owner)
+    if record is not None:
+        folder = _outputs(record, wh.uri(*ledger.record_parts(ds, owner))).get(key)
+        return version_parts(key, ds, folder) if folder else None
+    if run is not None and run.ds == ds:
+        return None
+    day = published(wh, ds)
+    return day.parts(key) if day else None
+
+
+def run_folders(wh: Storage, key: str, ds: dt.date) -> list[str]:
+    base = wh.path(*key.split("/"), ds_dir(ds))
+    if not wh.is_dir(*key.split("/"), ds_dir(ds)):
+        return []
+    return sorted(
+        info.base_name
+        for info in wh.fs.get_file_info(pafs.FileSelector(base))
+        if info.type == pafs.FileType.Directory and info.base_name.startswith(RUN_PREFIX)
+    )
+
+
+def day_tables(wh: Storage, ds: dt.date) -> list[str]:
+    """``layer/table`` of every table of the stages' layers with a ``ds=D`` folder."""
+    out = []
+    for layer in OWNER:
+        if not wh.is_dir(layer):
+            continue
+        for info in wh.fs.get_file_info(pafs.FileSelector(wh.path(layer))):
+            if info.type == pafs.FileType.Directory and wh.is_dir(
+                layer, info.base_name, ds_dir(ds)
+            ):
+                out.append(table_key(layer, info.base_name))
+    return sorted(out)
+
+
+def prune(wh: Storage, ds: dt.date, keep: list[DayVersion | None]) -> int:
+    """Remove every run folder of day ``ds`` that none of ``keep`` names (superseded versions,
+    killed runs); returns how many were removed."""
+    kept = {(k, f) for v in keep if v is not None for k, f in v.folders.items()}
+    removed = 0
+    for key in day_tables(wh, ds):
+        for folder in run_folders(wh, key, ds):
+            if (key, folder) not in kept:
+                wh.delete(*version_parts(key, ds, folder))
+                removed += 1
+    return removed
+
+
+def drop_older(wh: Storage, key: str, ds: dt.date, folder: str) -> None:
+    """After a write outside the stages (``eval/*``): remove the partition's older runs."""
+    for other in run_folders(wh, key, ds):
+        if other < folder:
+            wh.delete(*version_parts(key, ds, other))
+
+
+def missing_records(wh: Storage, ds: dt.date) -> list[str]:
+    """The stages before ``publish`` that have no record for the day (not run, or withdrawn
+    because an earlier stage ran again since)."""
+    return [s for s in STAGES[:-1] if ledger.read_record(wh, ds, s) is None]
