@@ -174,8 +174,9 @@ def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
             "Body"
         ].read()
     )
+    run = manifest["versions"]["feeds/consumer_feed"]
     assert manifest["tables"]["feeds/consumer_feed"]["location"] == (
-        f"{root}/feeds/consumer_feed/ds={d1}"
+        f"{root}/feeds/consumer_feed/ds={d1}/{run}"
     )
     assert published_feeds(None) == expected[d1]
 

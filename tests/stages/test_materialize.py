@@ -124,3 +124,24 @@ def test_per_producer_feeds_are_diverse_gapless_and_ordered(spark, churn_landing
             checked_fast += 1
             assert count.get(FAST, 0) <= K_P
     assert checked_fast >= 20
+
+
+def test_a_gap_or_a_new_k_rebuilds_the_feeds_in_full(spark, churn_landing, built_copy):
+    """The day before has no feeds (a gap: its materialize was withdrawn), or its feeds were
+    built with another k: the day is materialized in full, and its feeds are the naive ones."""
+    from jobs.common import ledger
+
+    wh = Storage.at(built_copy.warehouse)
+    prev = LAST - dt.timedelta(days=1)
+    bigger = dataclasses.replace(built_copy, feed_k=K + 3)
+    runner.run_stage("plan", bigger, LAST, spark)
+    record = runner.run_stage("materialize", bigger, LAST, spark)
+    assert (record["mode"], record["feed_k"]) == ("full", K + 3)
+    expected = naive.feeds(churn_landing, LAST, START, K + 3)
+    assert assembled(bigger.warehouse, LAST, sorted(expected), K + 3) == expected
+
+    ledger.withdraw(wh, prev, "materialize")  # D-1 has no feeds any more: a gap
+    record = runner.run_stage("materialize", built_copy, LAST, spark)
+    assert record["mode"] == "full"
+    expected = naive.feeds(churn_landing, LAST, START, K)
+    assert assembled(built_copy.warehouse, LAST, sorted(expected)) == expected

@@ -14,7 +14,7 @@ from jobs.common import ledger, readiness, versions
 from jobs.common.storage import Storage
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
-from support import naive
+from support import browser, naive
 from support.workloads import LAST, K, assembled, build, days, table_rows
 
 TABLES = [
@@ -92,6 +92,13 @@ def test_a_rerun_stage_withdraws_the_later_records_not_the_published_version(
     assert ledger.is_published(wh, LAST) and versions.published(wh, LAST) == served
     assert versions.working(wh, LAST).folders["plan/edge_plan"] != served.folders["plan/edge_plan"]
     assert assembled(s.warehouse, LAST, consumers, published=True) == feeds
+    # so does the day's report (rewritten after plan), saying that a rebuild is under way
+    page = browser.Page((Path(s.warehouse) / "reports" / f"ds={LAST}" / "index.html").read_text())
+    assert page.text["status"] == "published"
+    assert page.text["rebuild"] == (
+        "This day is being rebuilt (finished so far: ingest, rates, plan); the published "
+        "version below stays until the rebuild is published."
+    )
     # materialize and validate have not run since plan: the new plan cannot be published
     with pytest.raises(PublishRefused, match="materialize, validate has not run"):
         runner.run_stage("publish", s, LAST, spark)

@@ -1,0 +1,128 @@
+"""Every expectation suite that guards publishing, shown passing on the day's real tables and
+failing on a corrupted copy of its input: the clean tables, rate coverage, edge coverage, the
+cost gate, feed order and uniqueness, the pushed-edge check, row accounting and the gates."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql import functions as F
+
+from jobs.common.ledger import read_record
+from jobs.common.storage import Storage
+from jobs.common.tables import contract, read_partition
+from jobs.stages import validate
+from support.workloads import LAST
+
+
+def corrupted(spark, settings) -> dict[str, tuple]:
+    """Per suite: its check frame of the real day, and the same check over a corrupted copy
+    of its input (a self-follow, a repeated event, a view without a consumer, a producer or
+    consumer without a rate, an edge the plan lost, a served plan dearer than the pure ones,
+    a repeated feed row, a pushed row whose edge is pulled, a row ingest lost, a failed
+    gate)."""
+    wh = Storage.at(settings.warehouse)
+
+    def t(layer: str, name: str):
+        return read_partition(spark, wh, contract(layer, name), LAST)
+
+    follows, edge_plan = t("clean", "follows"), t("plan", "edge_plan")
+    events, views = t("clean", "events"), t("clean", "views")
+    pr, cr, cost = (
+        t("rates", "producer_rates"),
+        t("rates", "consumer_rates"),
+        t("plan", "plan_cost"),
+    )
+    pf, vf, cf = t("feeds", "producer_feed"), t("feeds", "view_feed"), t("feeds", "consumer_feed")
+    good = validate.check_frames(spark, settings, LAST, wh)
+    # the served FF-PerPair plan has no shared views: one producer's feed stands in for one
+    first = pf.agg(F.min("producer_id")).first()[0]
+    view = pf.where(F.col("producer_id") == first).withColumn("view_id", F.lit("v-1"))
+    view = view.select(*vf.columns)
+    one_producer = pr.orderBy("producer_id").limit(1).select("producer_id")
+    one_consumer = cr.orderBy("consumer_id").limit(1).select("consumer_id")
+    served = F.col("chosen")
+    ingest = read_record(wh, LAST, "ingest")
+    lost = {**ingest, "tables": {**ingest["tables"]}}
+    lost["tables"]["events"] = {
+        **lost["tables"]["events"],
+        "rows_in": lost["tables"]["events"]["rows_in"] + 1,
+    }
+    gates = validate.gates(settings, LAST, wh, ingest)
+    gates[0] = {**gates[0], "passed": False}  # one gate failed
+    return {
+        "clean.follows": (
+            good["clean.follows"],
+            follows.unionByName(
+                follows.limit(1).withColumn("producer_id", F.col("consumer_id"))
+            ).withColumn("not_self", F.col("consumer_id") != F.col("producer_id")),
+        ),
+        "clean.events": (good["clean.events"], events.unionByName(events.limit(1))),
+        "clean.views": (
+            good["clean.views"],
+            views.unionByName(views.limit(1).withColumn("consumer_id", F.lit(None).cast("string"))),
+        ),
+        "rates.producer_rates": (
+            good["rates.producer_rates"],
+            validate.rate_coverage_check(
+                pr.join(one_producer, "producer_id", "left_anti"), follows, "producer_id"
+            ),
+        ),
+        "rates.consumer_rates": (
+            good["rates.consumer_rates"],
+            validate.rate_coverage_check(
+                cr.join(one_consumer, "consumer_id", "left_anti"), follows, "consumer_id"
+            ),
+        ),
+        "plan.edge_plan": (
+            good["plan.edge_plan"],
+            validate.edge_coverage_check(
+                follows, edge_plan.orderBy("consumer_id", "producer_id").offset(1)
+            ),
+        ),
+        "plan.plan_cost": (
+            good["plan.plan_cost"],
+            validate.cost_gate_check(
+                cost.withColumn(
+                    "total_cost",
+                    F.when(served, F.col("total_cost") * 1e6).otherwise(F.col("total_cost")),
+                ),
+                True,
+            ),
+        ),
+        "feeds.producer_feed": (
+            good["feeds.producer_feed"],
+            validate.feed_order_check(pf.unionByName(pf.limit(1)), "producer_id"),
+        ),
+        "feeds.view_feed": (
+            good["feeds.view_feed"],
+            validate.feed_order_check(view.unionByName(view.limit(1)), "view_id"),
+        ),
+        "feeds.consumer_feed": (
+            good["feeds.consumer_feed"],
+            validate.pushed_edge_check(
+                validate.feed_order_check(cf, "consumer_id"),
+                edge_plan.withColumn("mode", F.lit("pull")),
+            ),
+        ),
+        "ingest.accounting": (
+            good["ingest.accounting"],
+            validate.accounting_check(spark, wh, LAST, lost),
+        ),
+        "ingest.gates": (good["ingest.gates"], validate.gates_frame(spark, gates)),
+    }
+
+
+def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, built_copy):
+    s = dataclasses.replace(built_copy, strategy="auto")  # the cost gate applies under auto
+    frames = corrupted(spark, s)
+    suites = sorted(p.stem for p in validate.schemas_root().joinpath("expectations").glob("*.json"))
+    assert sorted(frames) == suites, "a suite without a corruption here"
+    params = {"feed_k": s.feed_k}
+    good = validate.validate_frames({n: g for n, (g, _) in frames.items()}, params)
+    assert {n: r["success"] for n, r in good["suites"].items()} == dict.fromkeys(suites, True)
+    bad = validate.validate_frames({n: b for n, (_, b) in frames.items()}, params)
+    passed = [n for n, r in bad["suites"].items() if r["success"]]
+    assert passed == [], f"suites that let their corrupted input through: {passed}"
+    for name, r in bad["suites"].items():
+        assert r["failed"], name
