@@ -387,7 +387,15 @@ def materialize(
         WHERE rank <= {k} ORDER BY consumer_id, rank
     """
     n_cf = _write(con, consumer_feed, _out(out, "consumer_feed", ds))
-    return {"producer_feed": n_pf, "consumer_feed": n_cf}
+    # the content of every producer-feed event, first arrival of an id kept
+    event_store = f"""
+        SELECT event_id, producer_id, created_at, payload, attributes FROM ({events})
+        SEMI JOIN read_parquet('{pf_path}') f USING (event_id, producer_id, created_at)
+        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY ds) = 1
+        ORDER BY event_id
+    """
+    n_es = _write(con, event_store, _out(out, "event_store", ds))
+    return {"producer_feed": n_pf, "consumer_feed": n_cf, "event_store": n_es}
 
 
 STAGES = {"rates": rates, "plan": plan, "materialize": materialize}
@@ -461,6 +469,7 @@ def compare(warehouse: str, out: Path, ds: dt.date) -> dict[str, Any]:
         ("plan", "consumer_sources", "consumer_id, source_type, source_id"),
         ("feeds", "producer_feed", "producer_id, rank, event_id, created_at"),
         ("feeds", "consumer_feed", "consumer_id, rank, event_id, producer_id, created_at"),
+        ("feeds", "event_store", "event_id, producer_id, created_at, payload, attributes"),
     ):
         a, b = spark(layer, table), ref(table)
         result[table] = {

@@ -165,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--k", type=int, help="events per feed (default: the materialized k)")
     f.add_argument("--format", choices=("table", "json"), default="table")
     f.add_argument(
+        "--with-payload",
+        action="store_true",
+        help="add each event's payload and attributes (from the day's event store)",
+    )
+    f.add_argument(
         "--published",
         action="store_true",
         help="read the copy published to publish_to (its latest day, or --ds) instead of the "
@@ -327,7 +332,7 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
     if args.consumer is not None:
-        feed = reader.feeds([args.consumer], args.k)[args.consumer]
+        feed = reader.feeds([args.consumer], args.k, args.with_payload)[args.consumer]
         print(
             json.dumps(feed_json(feed))
             if args.format == "json"
@@ -338,7 +343,7 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
         ids = [line.rstrip("\r\n") for line in fh if line.strip()]
     for i in range(0, len(ids), 2000):
         chunk = ids[i : i + 2000]
-        feeds = reader.feeds(chunk, args.k)
+        feeds = reader.feeds(chunk, args.k, args.with_payload)
         for c in chunk:
             print(json.dumps({"consumer_id": c, "feed": feed_json(feeds[c])}))
     return 0

@@ -126,6 +126,9 @@ class Settings:
     """Lower bound (per hour) of the prior rate, so no id ever has rate 0."""
     max_lateness_days: int = 30
     """Events whose created_at is older than this many days before ds are quarantined."""
+    max_attributes_bytes: int = 4096
+    """An event whose ``attributes`` JSON text is longer than this (UTF-8 bytes) is quarantined
+    (``attributes_too_large``): attributes label events for topics, they do not carry content."""
     landing_ready: str = "folders"
     """When a day's landing counts as arrived (jobs/common/readiness.py): ``folders``, each
     required ``TABLE/ds=D`` folder exists; ``marker``, each holds ``landing_marker`` too (the
@@ -199,6 +202,8 @@ class Settings:
             raise ConfigError("volume_days must be >= 1 and volume_min_days in [1, volume_days]")
         if self.max_follow_change < 0:
             raise ConfigError("max_follow_change must be >= 0")
+        if self.max_attributes_bytes < 2:
+            raise ConfigError("max_attributes_bytes must be at least 2 (the text {})")
         if self.max_lateness_days < 0:
             raise ConfigError("max_lateness_days must be >= 0")
         if self.shuffle_partitions < 1:

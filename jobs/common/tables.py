@@ -48,6 +48,7 @@ PUBLISHED_TABLES: tuple[tuple[str, str], ...] = (
     ("feeds", "producer_feed"),
     ("feeds", "view_feed"),
     ("feeds", "consumer_feed"),
+    ("feeds", "event_store"),
 )
 """(layer, table) of every table a published day holds: ``publish`` refuses a day missing
 one, counts them in the manifest and copies them to ``publish_to``."""
@@ -86,6 +87,10 @@ class Contract:
     files: str
     required: tuple[str, ...]
     doc: str
+    row_group_mb: float | None = None
+    """Parquet row group size (contract ``"row_group_mb"``; Spark's 128 MiB when absent): small
+    row groups of a table sorted by its key let a reader filtering on ids read only the row
+    groups whose statistics can hold them (``feeds/event_store``)."""
 
     @property
     def column_names(self) -> list[str]:
@@ -138,6 +143,7 @@ def contract(layer: str, name: str, version: int = 1) -> Contract:
         files=spec.get("files", "range"),
         required=tuple(spec.get("required", [c.name for c in cols if not c.nullable])),
         doc=spec.get("doc", ""),
+        row_group_mb=spec.get("row_group_mb"),
     )
 
 
@@ -220,11 +226,14 @@ def write_partition(
 
 
 def plain_encoding(c: Contract) -> dict[str, str]:
-    """Parquet writer options that write the contract's ``"dictionary": false`` columns
-    without a dictionary (docs/data-contracts.md)."""
-    return {
+    """Parquet writer options of the contract: its ``"dictionary": false`` columns without a
+    dictionary, and its row group size (docs/data-contracts.md)."""
+    options = {
         f"parquet.enable.dictionary#{col.name}": "false" for col in c.columns if not col.dictionary
     }
+    if c.row_group_mb:
+        options["parquet.block.size"] = str(int(c.row_group_mb * (1 << 20)))
+    return options
 
 
 def previous_bounds(

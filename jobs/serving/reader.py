@@ -7,13 +7,17 @@ ids, order by created_at then event_id (both descending) and keep the first k (g
 coherency), or choose k with k,t-diversity from each producer's latest k_p
 (:func:`select_diverse`, per-producer coherency; the day's materialize record says which).
 Every read is a pyarrow scan filtered on the ids, so answering one consumer touches only the
-row groups that can hold it.
+row groups that can hold it. ``with_payload`` then looks the feeds' event ids up in the day's
+``feeds/event_store`` (sorted by id in small row groups) for their payloads and attributes.
 
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -33,16 +37,35 @@ class FeedError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Content:
+    """An event's content from the event store: the landed payload (None when it had none)
+    and its attributes ({} when none)."""
+
+    payload: str | None
+    attributes: dict[str, str]
+
+
+@dataclass(frozen=True)
 class FeedItem:
     event_id: str
     producer_id: str
     created_at: dt.datetime
+    content: Content | None = None
+    """Set by ``feeds(..., with_payload=True)``."""
 
-    def as_json(self) -> dict[str, str]:
+    def as_json(self) -> dict[str, Any]:
         at = self.created_at
         at = at.replace(tzinfo=dt.UTC) if at.tzinfo is None else at.astimezone(dt.UTC)
         ts = at.isoformat().replace("+00:00", "Z")
-        return {"event_id": self.event_id, "producer_id": self.producer_id, "created_at": ts}
+        out: dict[str, Any] = {
+            "event_id": self.event_id,
+            "producer_id": self.producer_id,
+            "created_at": ts,
+        }
+        if self.content is not None:
+            out["payload"] = self.content.payload
+            out["attributes"] = self.content.attributes
+        return out
 
 
 def sort_key(item: FeedItem) -> tuple[dt.datetime, str]:
@@ -134,17 +157,53 @@ class FeedReader:
         data = self.wh.dataset(*parts)
         return data.to_table(columns=columns, filter=pc.field(column).isin(list(ids)))
 
-    def feeds(self, consumers: Sequence[str], k: int | None = None) -> dict[str, list[FeedItem]]:
-        """The assembled feeds of ``consumers`` (an unknown consumer gets an empty feed).
+    def feeds(
+        self, consumers: Sequence[str], k: int | None = None, with_payload: bool = False
+    ) -> dict[str, list[FeedItem]]:
+        """The assembled feeds of ``consumers`` (an unknown consumer gets an empty feed);
+        ``with_payload``: every item carries its :class:`Content` from the event store.
 
         Every table is read from the one version resolved; should that version be removed
         meanwhile (the day was published twice since), the day is resolved again and read
         once more from its new version."""
         try:
-            return self._feeds(consumers, k)
+            return self._with_content(self._feeds(consumers, k), with_payload)
         except OSError:  # a file of the version vanished (FileNotFoundError, S3 NoSuchKey)
             self._resolve()
-            return self._feeds(consumers, k)
+            return self._with_content(self._feeds(consumers, k), with_payload)
+
+    def contents(self, event_ids: Iterable[str]) -> dict[str, Content]:
+        """The stored content of the events (ids the day's feeds can return; others are
+        absent from the result)."""
+        if not self.version.has("feeds/event_store"):
+            raise FeedError(
+                f"{self.ds} was materialized without an event store: rebuild it with "
+                f"`feedpipe run --ds {self.ds} --full-refresh`"
+            )
+        ids = sorted(set(event_ids))
+        cols = ["event_id", "payload", "attributes"]
+        rows = self._scan("feeds", "event_store", "event_id", ids, cols)
+        return {
+            r["event_id"]: Content(r["payload"], dict(r["attributes"] or ()))
+            for r in rows.to_pylist()
+        }
+
+    def _with_content(
+        self, feeds: dict[str, list[FeedItem]], with_payload: bool
+    ) -> dict[str, list[FeedItem]]:
+        if not with_payload:
+            return feeds
+        found = self.contents(it.event_id for f in feeds.values() for it in f)
+        missing = sorted({it.event_id for f in feeds.values() for it in f} - set(found))
+        if missing:  # validate's in_event_store expectation keeps this from a published day
+            raise FeedError(
+                f"{len(missing)} event(s) of the feeds of {self.ds} are not in its event store"
+                f" (e.g. {missing[0]!r})"
+            )
+        return {
+            c: [dataclasses.replace(it, content=found[it.event_id]) for it in f]
+            for c, f in feeds.items()
+        }
 
     def _feeds(self, consumers: Sequence[str], k: int | None) -> dict[str, list[FeedItem]]:
         limit = k or self.materialized_k or 20
@@ -202,15 +261,40 @@ class FeedReader:
         return {c: merge_latest(items[c], limit) for c in consumers}
 
 
+ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text: str) -> str:
+    r"""``text`` on one line, as in a JSON string: backslash, line feed, carriage return and
+    tab escaped as ``\\``, ``\n``, ``\r``, ``\t``; every other control character and the
+    Unicode line and paragraph separators as ``\uXXXX``."""
+    out = []
+    for ch in text:
+        if ch in ESCAPES:
+            out.append(ESCAPES[ch])
+        elif unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def format_table(consumer: str, feed: list[FeedItem]) -> str:
+    """One line per item; with contents, the attributes as JSON and the payload last, each
+    on one line (:func:`one_line`; a missing payload shows as ``-``)."""
+    with_content = any(it.content is not None for it in feed)
+    head = f"{'rank':>4}  {'created_at':<27}  {'producer_id':<20}  event_id"
     lines = [
         f"feed of {consumer} ({len(feed)} events)",
-        f"{'rank':>4}  {'created_at':<27}  {'producer_id':<20}  event_id",
+        head + ("  attributes  payload" if with_content else ""),
     ]
     for i, it in enumerate(feed, 1):
-        lines.append(
-            f"{i:>4}  {it.as_json()['created_at']:<27}  {it.producer_id:<20}  {it.event_id}"
-        )
+        line = f"{i:>4}  {it.as_json()['created_at']:<27}  {it.producer_id:<20}  {it.event_id}"
+        if it.content is not None:
+            attrs = json.dumps(it.content.attributes, ensure_ascii=False)
+            payload = it.content.payload
+            line += f"  {attrs}  {'-' if payload is None else one_line(payload)}"
+        lines.append(line)
     return "\n".join(lines)
 
 

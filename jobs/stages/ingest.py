@@ -69,6 +69,7 @@ class LandingFile:
     path: str
     fmt: str  # csv | json | parquet
     columns: tuple[str, ...]  # header (csv), first record's keys (json), schema (parquet)
+    crlf: bool = False  # csv: its rows end with CR LF (see _read_group)
 
     @property
     def has_op(self) -> bool:
@@ -86,7 +87,8 @@ def _split_ext(name: str) -> tuple[str, str | None]:
     return lower, None
 
 
-def _first_line(storage: Storage, path: str, compressed: bool) -> str:
+def _first_line(storage: Storage, path: str, compressed: bool) -> tuple[str, bool]:
+    """The file's first non-blank line, and whether it ends with CR LF."""
     with storage.fs.open_input_stream(path, compression=None) as raw:
         head = bytes(raw.read(1 << 20))
     if compressed:
@@ -95,10 +97,10 @@ def _first_line(storage: Storage, path: str, compressed: bool) -> str:
         except zlib.error as exc:
             raise LandingError(f"{path}: cannot be decompressed as gzip ({exc})") from exc
     text = head.decode("utf-8-sig", errors="replace")
-    for line in text.splitlines():
+    for line in text.splitlines(keepends=True):
         if line.strip():
-            return line
-    return ""
+            return line.rstrip("\r\n"), line.endswith("\r\n")
+    return "", False
 
 
 def discover(storage: Storage, table: str, ds: dt.date) -> list[LandingFile]:
@@ -124,7 +126,7 @@ def discover(storage: Storage, table: str, ds: dt.date) -> list[LandingFile]:
                 f"{path}: unknown file format (expected .csv, .jsonl, .json, .ndjson or .parquet,"
                 " optionally .gz)"
             )
-        line = _first_line(storage, path, comp == "gzip")
+        line, crlf = _first_line(storage, path, comp == "gzip")
         if not line:
             log.warning("%s is empty; skipped", path)
             continue
@@ -136,7 +138,7 @@ def discover(storage: Storage, table: str, ds: dt.date) -> list[LandingFile]:
             except json.JSONDecodeError:
                 first = {}
             cols = tuple(first) if isinstance(first, dict) else ()
-        out.append(LandingFile(path, fmt, cols))
+        out.append(LandingFile(path, fmt, cols, crlf=fmt == "csv" and crlf))
     return out
 
 
@@ -172,15 +174,25 @@ def _read_group(
     if fmt == "csv":
         header = files[0].columns
         schema = StructType([StructField(n, StringType()) for n in header] + [corrupt])
-        df = (
+        reader = (
             spark.read.schema(schema)
             .option("header", True)
             .option("escape", '"')
             .option("multiLine", True)  # RFC 4180: quoted values may hold line breaks
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", "_corrupt_record")
-            .csv(paths)
         )
+        if files[0].crlf:
+            # rows end with CR LF: the parser, left to detect that, turns every CR LF inside a
+            # quoted value into LF. Split rows on LF instead and drop the CR an unquoted last
+            # value then ends with, so values come through byte for byte (but a quoted last
+            # value that itself ends with CR loses it: docs/data-contracts.md)
+            reader = reader.option("lineSep", "\n")
+        df = reader.csv(paths)
+        if files[0].crlf:
+            last = header[-1]
+            value = F.regexp_replace(F.col(last), "\r$", "")
+            df = df.withColumn(last, F.when(value != "", value))
         present = [n for n in header if n in wanted]
     elif fmt == "json":
         schema = StructType([StructField(n, StringType()) for n in wanted] + [corrupt])
@@ -247,14 +259,14 @@ def read_landing(
     if not files:
         return None, files
     c = contract("landing", table)
-    groups: dict[tuple[str, tuple[str, ...]], list[LandingFile]] = defaultdict(list)
+    groups: dict[tuple[str, tuple[str, ...], bool], list[LandingFile]] = defaultdict(list)
     for f in files:
         if f.fmt != "json":
             check_columns(c, f.columns, f.path)
         key_cols = f.columns if f.fmt != "json" else ("op",) if f.has_op else ()
-        groups[(f.fmt, key_cols)].append(f)
+        groups[(f.fmt, key_cols, f.crlf)].append(f)
     frames = []
-    for (fmt, _), group in sorted(groups.items()):
+    for (fmt, _, _), group in sorted(groups.items()):
         df = _read_group(spark, storage, group, table)
         if fmt == "json":  # a JSON file is a change log when its first record has an op
             df = df.withColumn("_changelog", F.lit(any(f.has_op for f in group)))
@@ -268,12 +280,13 @@ def read_landing(
 # -- per-table rules ---------------------------------------------------------------------------
 
 
-def _first_reason(*rules: tuple[Column, str]) -> Column:
+def _first_reason(*rules: tuple[Column, str | Column]) -> Column:
+    """The reason of the first rule whose condition holds (a name, or a column of names)."""
     from pyspark.sql import functions as F
 
     expr = F.lit(None).cast("string")
     for cond, reason in reversed(rules):
-        expr = F.when(cond, F.lit(reason)).otherwise(expr)
+        expr = F.when(cond, F.lit(reason) if isinstance(reason, str) else reason).otherwise(expr)
     return expr
 
 
@@ -283,9 +296,50 @@ def _blank(c: Column) -> Column:
     return c.isNull() | (F.trim(c) == "")
 
 
-def tag_events(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame:
+ATTRIBUTE_REASONS = ("attributes_too_large", "attributes_not_object", "attributes_not_strings")
+"""Why an event's ``attributes`` is quarantined, in the order the rules are checked."""
+
+
+def parse_attributes(text: Column, max_bytes: int) -> tuple[Column, Column]:
+    """``attributes`` as landed (JSON text; a Parquet map arrives as its JSON) -> the map of
+    string values and the reason it is refused (null when it is not).
+
+    The text must be a JSON object whose values are all strings (docs/data-contracts.md,
+    "Attributes"); a key repeated in the object keeps its last value, as JSON parsers in most
+    languages do. Values are parsed as variants first, so a number, a boolean, a null or a
+    nested value is told apart from a string (a ``map<string,string>`` parse turns ``1`` into
+    ``"1"``), and the keys are deduplicated by hand: ``from_json`` keeps repeated keys."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(text, "map<string,variant>")
+    all_strings = F.forall(
+        F.map_values(parsed), lambda v: F.schema_of_variant(v) == F.lit("STRING")
+    )
+    keys = F.array_distinct(F.map_keys(parsed))
+    last = F.transform(
+        keys,
+        lambda k: F.variant_get(
+            F.element_at(F.filter(F.map_entries(parsed), lambda e: e["key"] == k), -1)["value"],
+            "$",
+            "string",
+        ),
+    )
+    reason = F.when(text.isNull(), F.lit(None).cast("string")).otherwise(
+        _first_reason(
+            (F.octet_length(text) > F.lit(max_bytes), ATTRIBUTE_REASONS[0]),
+            (parsed.isNull(), ATTRIBUTE_REASONS[1]),
+            (~all_strings, ATTRIBUTE_REASONS[2]),
+        )
+    )
+    return F.map_from_arrays(keys, last), reason
+
+
+def tag_events(
+    raw: DataFrame, ds: dt.date, max_lateness_days: int, max_attributes_bytes: int = 4096
+) -> DataFrame:
     """Typed events with ``reason`` (null when clean); repeats of an event_id in the day are
-    tagged ``duplicate`` (the earliest created_at stays clean, then one with a payload)."""
+    tagged ``duplicate`` (the earliest created_at stays clean, then one with a payload).
+    ``attributes_value`` is the parsed attribute map (:func:`parse_attributes`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -293,7 +347,11 @@ def tag_events(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame
     oldest = start - dt.timedelta(days=max_lateness_days)
     ts = F.col("created_at_value")
     df = raw.withColumn("created_at_value", timestamp_value("created_at"))
-    attrs = F.from_json(F.col("attributes"), "map<string,string>")
+    attrs, attrs_reason = parse_attributes(F.col("attributes"), max_attributes_bytes)
+    df = df.withColumn("_attributes_reason", attrs_reason).withColumn(
+        "attributes_value",
+        F.when(F.col("_attributes_reason").isNull() & F.col("attributes").isNotNull(), attrs),
+    )
     reason = _first_reason(
         (F.col("_corrupt_text").isNotNull(), "unparseable_row"),
         (_blank(F.col("event_id")) | _blank(F.col("producer_id")), "null_key"),
@@ -301,9 +359,9 @@ def tag_events(raw: DataFrame, ds: dt.date, max_lateness_days: int) -> DataFrame
         (ts.isNull(), "bad_timestamp"),
         (ts >= F.lit(end), "future_timestamp"),
         (ts < F.lit(oldest), "too_late"),
-        (F.col("attributes").isNotNull() & attrs.isNull(), "bad_attributes"),
+        (F.col("_attributes_reason").isNotNull(), F.col("_attributes_reason")),
     )
-    df = df.withColumn("reason", reason)
+    df = df.withColumn("reason", reason).drop("_attributes_reason")
     w = Window.partitionBy("event_id").orderBy(
         "created_at_value", F.col("payload").desc_nulls_last(), "_file"
     )
@@ -437,7 +495,11 @@ def clean_rows(tagged: DataFrame, table: str) -> DataFrame:
     ok = tagged.where(F.col("reason").isNull())
     if table == "events":
         return ok.select(
-            "event_id", "producer_id", F.col("created_at_value").alias("created_at"), "payload"
+            "event_id",
+            "producer_id",
+            F.col("created_at_value").alias("created_at"),
+            "payload",
+            F.col("attributes_value").alias("attributes"),
         )
     return ok.select("consumer_id", F.col("viewed_at_value").alias("viewed_at"))
 
@@ -566,9 +628,9 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
             raw = empty_landing(spark, table)
         cached = []
         if table == "events":
-            base = tag_events(raw, ds, settings.max_lateness_days).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
+            base = tag_events(
+                raw, ds, settings.max_lateness_days, settings.max_attributes_bytes
+            ).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(base)
             tagged = drop_known_events(spark, wh, base, ds, settings.max_lateness_days)
         elif table == "views":

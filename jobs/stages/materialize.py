@@ -6,7 +6,9 @@ D-1) and the previous day's feeds. Writes, partitioned by ds:
 * ``feeds/producer_feed``: latest k events per producer (ProducerPivoted), key (producer_id, rank);
 * ``feeds/consumer_feed``: latest k events over each consumer's pushed producers
   (ConsumerPivoted), key (consumer_id, rank);
-* ``feeds/view_feed``: latest k events per shared view, key (view_id, rank).
+* ``feeds/view_feed``: latest k events per shared view, key (view_id, rank);
+* ``feeds/event_store``: payload and attributes of every event in the day's producer feeds,
+  key event_id, range-partitioned and sorted on it (:func:`event_store_full`).
 
 Order everywhere: created_at descending, then event_id descending; rank 1 is the newest.
 
@@ -149,6 +151,45 @@ def view_feed(producer_feed: DataFrame, members: DataFrame, k: int) -> DataFrame
     return latest_k(rows, "view_id", k, unique=True)  # a member is one (view, producer) row
 
 
+STORE_COLUMNS = ("event_id", "producer_id", "created_at", "payload", "attributes")
+
+
+def event_store_full(producer_feed: DataFrame, events: DataFrame) -> DataFrame:
+    """The content of every event the day's feed tables can return, from all clean events
+    (with ``ds``). Every consumer-feed and view-feed row is an event of its producer's latest
+    k, so the producer feed's events are the whole set: producers x k rows at most, however
+    long the history (seed 002: results in semijoin form, each payload stored once). An id
+    that arrived on two days keeps its first arrival, as the producer feed does."""
+    from pyspark.sql import functions as F
+
+    keys = ["event_id", "producer_id", "created_at"]
+    rows = events.select(*STORE_COLUMNS, F.unix_date(F.col("ds")).alias("priority"))
+    return _one_per_event(rows.join(producer_feed.select(*keys), keys, "left_semi"))
+
+
+def event_store_incremental(
+    previous: DataFrame, events: DataFrame, producer_feed: DataFrame
+) -> DataFrame:
+    """D's store from D-1's: an event of D's producer feeds was either in D-1's producer
+    feeds (so in D-1's store) or arrived on D, so D-1's store and D's events, restricted to
+    D's producer feeds, hold them all; the earlier copy wins, as in :func:`event_store_full`."""
+    from pyspark.sql import functions as F
+
+    keys = ["event_id", "producer_id", "created_at"]
+    rows = previous.select(*STORE_COLUMNS, F.lit(0).alias("priority")).unionByName(
+        events.select(*STORE_COLUMNS, F.lit(1).alias("priority"))
+    )
+    return _one_per_event(rows.join(producer_feed.select(*keys), keys, "left_semi"))
+
+
+def _one_per_event(rows: DataFrame) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy("event_id").orderBy("priority")
+    return rows.withColumn("_n", F.row_number().over(w)).where(F.col("_n") == 1).drop("_n")
+
+
 def changed_consumers(pushed: DataFrame, pushed_before: DataFrame) -> DataFrame:
     """Consumers whose set of pushed producers differs between the two plans."""
     from pyspark.sql import functions as F
@@ -211,6 +252,7 @@ def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, s
     for layer, table in (
         ("feeds", "producer_feed"),
         ("feeds", "consumer_feed"),
+        ("feeds", "event_store"),
         ("plan", "edge_plan"),
     ):
         if not has_partition(wh, contract(layer, table), prev):
@@ -245,14 +287,22 @@ def run(
     edge_plan = read_partition(spark, wh, contract("plan", "edge_plan"), ds)
     pushed = push_edges(edge_plan)
     events = read_partition(spark, wh, ev_c, ds)
+    es_c = contract("feeds", "event_store")
     if incremental:
         pf_prev = read_partition(spark, wh, pf_c, prev)
         producer_feed = producer_feed_incremental(pf_prev, events, k)
     else:
         history = [d for d in partition_days(wh, ev_c) if d <= ds]
-        producer_feed = producer_feed_full(read_partitions(spark, wh, ev_c, history), k)
+        all_events = read_partitions(spark, wh, ev_c, history)
+        producer_feed = producer_feed_full(all_events, k)
     write_partition(producer_feed, wh, pf_c, ds)
     producer_feed = read_partition(spark, wh, pf_c, ds)  # read back: do not recompute the merge
+    if incremental:
+        store_prev = read_partition(spark, wh, es_c, prev)
+        store = event_store_incremental(store_prev, events, producer_feed)
+    else:
+        store = event_store_full(producer_feed, all_events)
+    write_partition(store, wh, es_c, ds)
 
     if settings.coherency == "per_producer":
         # the diversity window moves with the day: every pushed feed is chosen again from

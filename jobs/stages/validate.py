@@ -35,7 +35,14 @@ log = logging.getLogger(__name__)
 PURE = ("push-all", "pull-all")
 
 KEPT_FRAMES = frozenset(
-    {"rates.producer_rates", "rates.consumer_rates", "plan.edge_plan", "feeds.consumer_feed"}
+    {
+        "rates.producer_rates",
+        "rates.consumer_rates",
+        "plan.edge_plan",
+        "feeds.producer_feed",
+        "feeds.consumer_feed",
+        "feeds.view_feed",
+    }
 )
 """Check frames built with a join, kept (memory, else local disk) while their suite runs:
 each of Great Expectations' metric queries would join again. The others, table scans and
@@ -78,6 +85,37 @@ def feed_order_check(feed: DataFrame, key: str) -> DataFrame:
         feed.withColumn("order_ok", F.coalesce(ok, F.lit(False)))
         .withColumn("rank_unique", F.coalesce(rank_unique & rank.isNotNull(), F.lit(False)))
         .withColumn("event_unique", F.count(F.lit(1)).over(same_event) == 1)
+    )
+
+
+def in_store_check(feed: DataFrame, store: DataFrame) -> DataFrame:
+    """Adds ``in_event_store`` to each feed row: the day's ``feeds/event_store`` has its
+    event, with the same producer and time, so every id a reader returns resolves to its
+    content."""
+    from pyspark.sql import functions as F
+
+    found = store.select(
+        "event_id",
+        F.col("producer_id").alias("_store_producer"),
+        F.col("created_at").alias("_store_at"),
+    ).dropDuplicates(["event_id", "_store_producer", "_store_at"])
+    same = (F.col("_store_producer") == F.col("producer_id")) & (
+        F.col("_store_at") == F.col("created_at")
+    )
+    return (
+        feed.join(found, "event_id", "left")
+        .withColumn("in_event_store", F.coalesce(same, F.lit(False)))
+        .drop("_store_producer", "_store_at")
+    )
+
+
+def store_check(store: DataFrame) -> DataFrame:
+    """Adds ``event_unique`` to each event store row: no other row has its event id."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    return store.withColumn(
+        "event_unique", F.count(F.lit(1)).over(Window.partitionBy("event_id")) == 1
     )
 
 
@@ -313,6 +351,7 @@ def check_frames(
         return read_partition(spark, wh, contract(layer, name), ds)
 
     follows, edge_plan = t("clean", "follows"), t("plan", "edge_plan")
+    store = t("feeds", "event_store")
     frames = {
         "clean.follows": follows.withColumn(
             "not_self", F.col("consumer_id") != F.col("producer_id")
@@ -327,11 +366,19 @@ def check_frames(
         ),
         "plan.edge_plan": edge_coverage_check(follows, edge_plan),
         "plan.plan_cost": cost_gate_check(t("plan", "plan_cost"), settings.strategy == "auto"),
-        "feeds.producer_feed": feed_order_check(t("feeds", "producer_feed"), "producer_id"),
-        "feeds.consumer_feed": pushed_edge_check(
-            feed_order_check(t("feeds", "consumer_feed"), "consumer_id"), edge_plan
+        "feeds.producer_feed": in_store_check(
+            feed_order_check(t("feeds", "producer_feed"), "producer_id"), store
         ),
-        "feeds.view_feed": feed_order_check(t("feeds", "view_feed"), "view_id"),
+        "feeds.consumer_feed": in_store_check(
+            pushed_edge_check(
+                feed_order_check(t("feeds", "consumer_feed"), "consumer_id"), edge_plan
+            ),
+            store,
+        ),
+        "feeds.view_feed": in_store_check(
+            feed_order_check(t("feeds", "view_feed"), "view_id"), store
+        ),
+        "feeds.event_store": store_check(store),
     }
     ingested = ledger.read_record(wh, ds, "ingest")
     if ingested is not None:

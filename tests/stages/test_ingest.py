@@ -102,6 +102,9 @@ def day1(make_settings):
                 "created_at": pa.array(
                     [dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")
                 ),
+                "attributes": pa.array(
+                    [[("topic", "x"), ("lang", "fr")]], pa.map_(pa.string(), pa.string())
+                ),
             }
         ),
         put(root, "events", D1, "more.parquet", b""),
@@ -155,6 +158,9 @@ def test_day_one_every_row_accounted_for(spark, day1):
     assert events["e2"].created_at == dt.datetime(2026, 3, 1, 8)
     assert events["e3"].created_at == dt.datetime(2026, 2, 27, 22)  # +01:00 converted to UTC
     assert events["e1"].producer_id == ODD and events["e1"].payload == "hi"
+    # a Parquet map is kept as a map; an event without attributes has none
+    assert dict(events["e8"].attributes) == {"topic": "x", "lang": "fr"}
+    assert events["e1"].attributes is None
     # the per-day counts the rates stage reads (the duplicate e1 and quarantined rows excluded)
     per_producer = read_partition(spark, wh, contract("clean", "event_counts"), D1).collect()
     assert {(r.producer_id, r.n) for r in per_producer} == {(ODD, 1), (UNI, 1), ("alice", 2)}
@@ -311,6 +317,8 @@ def test_too_many_bad_rows_hold_the_table_back(spark, make_settings):
 
 
 LONG_ID = "x" * 10_000
+ATTRS_TEXT = '{"region": "eu", "lang": "en", "region": "us", "\u00e9": "\u00fc"}'
+ATTRS = {"region": "us", "lang": "en", "\u00e9": "\u00fc"}  # the last value of a repeated key
 HOSTILE = [
     # (name, table, file name, content, expected (clean, quarantine reasons) or error text)
     (
@@ -389,6 +397,83 @@ HOSTILE = [
         "missing required column",
     ),
     ("truncated gzip", "events", "a.jsonl.gz", None, "cannot be read"),
+    (
+        "attributes in csv, a key repeated",
+        "events",
+        "a.csv",
+        "event_id,producer_id,created_at,attributes\n"
+        + csv_line("e1", "p", "2026-03-01T01:00:00Z", ATTRS_TEXT),
+        (1, {}),
+    ),
+    (
+        "attributes as a json object",
+        "events",
+        "a.jsonl",
+        json.dumps(
+            {
+                "event_id": "e1",
+                "producer_id": "p",
+                "created_at": "2026-03-01T01:00:00Z",
+                "attributes": {"region": "us", "é": 'ü\n"q"'},
+            }
+        )
+        + "\n",
+        (1, {}),
+    ),
+    (
+        "attributes not an object",
+        "events",
+        "a.jsonl",
+        "".join(
+            json.dumps(
+                {"event_id": f"e{i}", "producer_id": "p", "created_at": 1772326800, "attributes": a}
+            )
+            + "\n"
+            for i, a in enumerate([[1, 2], "text", 7])
+        ),
+        (0, {"attributes_not_object": 3}),
+    ),
+    (
+        "attributes not json",
+        "events",
+        "a.csv",
+        "event_id,producer_id,created_at,attributes\n"
+        + csv_line("e1", "p", "2026-03-01T01:00:00Z", "{region: eu}"),
+        (0, {"attributes_not_object": 1}),
+    ),
+    (
+        "attribute values not strings",
+        "events",
+        "a.jsonl",
+        "".join(
+            json.dumps(
+                {
+                    "event_id": f"e{i}",
+                    "producer_id": "p",
+                    "created_at": 1772326800,
+                    "attributes": {"region": "eu", "x": v},
+                }
+            )
+            + "\n"
+            for i, v in enumerate([3, 2.5, True, None, {"a": "b"}, ["a"]])
+        ),
+        (0, {"attributes_not_strings": 6}),
+    ),
+    (
+        "attributes too large",
+        "events",
+        "a.jsonl",
+        json.dumps(
+            {
+                "event_id": "e1",
+                "producer_id": "p",
+                "created_at": 1772326800,
+                "attributes": {"a": "x" * 5000},
+            }
+        )
+        + "\n",
+        (0, {"attributes_too_large": 1}),
+    ),
 ]
 
 
@@ -418,6 +503,11 @@ def test_hostile_inputs(spark, make_settings, name, table, fname, content, expec
         wh = Storage.at(s.warehouse)
         row = read_partition(spark, wh, contract("clean", "events"), D1).first()
         assert row.payload == 'one\ntwo "2"'
+    if name.startswith("attributes in csv") or name == "attributes as a json object":
+        wh = Storage.at(s.warehouse)
+        row = read_partition(spark, wh, contract("clean", "events"), D1).first()
+        expected_attrs = ATTRS if "csv" in name else {"region": "us", "\u00e9": '\u00fc\n"q"'}
+        assert dict(row.attributes) == expected_attrs
     if name == "very long id":
         wh = Storage.at(s.warehouse)
         assert (

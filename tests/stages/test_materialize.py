@@ -1,7 +1,8 @@
 """Stage ``materialize`` over five days with churn.
 
 * Incremental maintenance equals a full refresh and the naive answer, every day, with follows
-  and unfollows every day and edges moving between push and pull both ways.
+  and unfollows every day and edges moving between push and pull both ways; so does the
+  event store (every producer's latest k events with their payloads).
 * A new follow shows the producer's latest events at once.
 * Per-producer coherency: k,t-diversity, gapless, time-ordered, duplicate-free feeds, with a
   producer that posts far faster than the others.
@@ -43,12 +44,14 @@ def test_incremental_equals_full_refresh_and_the_naive_answer_every_day(
     for i, ds in enumerate(days()):
         record = runner.run_stage("materialize", built_copy, ds, spark, full_refresh=True)
         assert record["mode"] == "full"
-        for table in ("producer_feed", "consumer_feed"):
+        for table in ("producer_feed", "consumer_feed", "event_store"):
             inc_rows = table_rows(spark, built, "feeds", table, ds)
             assert inc_rows, f"{table} is empty on {ds}"
             assert inc_rows == table_rows(spark, built_copy, "feeds", table, ds), (
                 f"{table} differs on {ds}"
             )
+        stored = {r[0]: (r[1], r[3]) for r in table_rows(spark, built, "feeds", "event_store", ds)}
+        assert stored == naive.store(churn_landing, ds, START, K), f"event store of {ds}"
         expected = naive.feeds(churn_landing, ds, START, K)
         got = assembled(built.warehouse, ds, sorted(expected))
         wrong = [c for c in expected if got[c] != expected[c]]

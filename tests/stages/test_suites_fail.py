@@ -19,8 +19,8 @@ def corrupted(spark, settings) -> dict[str, tuple]:
     """Per suite: its check frame of the real day, and the same check over a corrupted copy
     of its input (a self-follow, a repeated event, a view without a consumer, a producer or
     consumer without a rate, an edge the plan lost, a served plan dearer than the pure ones,
-    a repeated feed row, a pushed row whose edge is pulled, a row ingest lost, a failed
-    gate)."""
+    a repeated feed row, a pushed row whose edge is pulled, an event stored twice, a row
+    ingest lost, a failed gate)."""
     wh = Storage.at(settings.warehouse)
 
     def t(layer: str, name: str):
@@ -34,6 +34,7 @@ def corrupted(spark, settings) -> dict[str, tuple]:
         t("plan", "plan_cost"),
     )
     pf, vf, cf = t("feeds", "producer_feed"), t("feeds", "view_feed"), t("feeds", "consumer_feed")
+    store = t("feeds", "event_store")
     good = validate.check_frames(spark, settings, LAST, wh)
     # the served FF-PerPair plan has no shared views: one producer's feed stands in for one
     first = pf.agg(F.min("producer_id")).first()[0]
@@ -92,18 +93,29 @@ def corrupted(spark, settings) -> dict[str, tuple]:
         ),
         "feeds.producer_feed": (
             good["feeds.producer_feed"],
-            validate.feed_order_check(pf.unionByName(pf.limit(1)), "producer_id"),
+            validate.in_store_check(
+                validate.feed_order_check(pf.unionByName(pf.limit(1)), "producer_id"), store
+            ),
         ),
         "feeds.view_feed": (
             good["feeds.view_feed"],
-            validate.feed_order_check(view.unionByName(view.limit(1)), "view_id"),
+            validate.in_store_check(
+                validate.feed_order_check(view.unionByName(view.limit(1)), "view_id"), store
+            ),
         ),
         "feeds.consumer_feed": (
             good["feeds.consumer_feed"],
-            validate.pushed_edge_check(
-                validate.feed_order_check(cf, "consumer_id"),
-                edge_plan.withColumn("mode", F.lit("pull")),
+            validate.in_store_check(
+                validate.pushed_edge_check(
+                    validate.feed_order_check(cf, "consumer_id"),
+                    edge_plan.withColumn("mode", F.lit("pull")),
+                ),
+                store,
             ),
+        ),
+        "feeds.event_store": (
+            good["feeds.event_store"],
+            validate.store_check(store.unionByName(store.limit(1))),
         ),
         "ingest.accounting": (
             good["ingest.accounting"],
@@ -126,3 +138,37 @@ def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, bu
     assert passed == [], f"suites that let their corrupted input through: {passed}"
     for name, r in bad["suites"].items():
         assert r["failed"], name
+
+
+def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, built_copy):
+    """The store loses one event of each feed table (and another has its time changed): each
+    feed's suite fails on ``in_event_store`` alone, counting exactly the feed's rows of it."""
+    wh = Storage.at(built_copy.warehouse)
+
+    def t(layer: str, name: str):
+        return read_partition(spark, wh, contract(layer, name), LAST)
+
+    store, edge_plan = t("feeds", "event_store"), t("plan", "edge_plan")
+    feeds = {
+        "feeds.producer_feed": (t("feeds", "producer_feed"), "producer_id"),
+        "feeds.consumer_feed": (t("feeds", "consumer_feed"), "consumer_id"),
+    }
+    frames, expected = {}, {}
+    for name, (feed, key) in feeds.items():
+        lost, shifted = [r.event_id for r in feed.orderBy("event_id").limit(2).collect()]
+        broken = store.where(F.col("event_id") != lost).withColumn(
+            "created_at",
+            F.when(
+                F.col("event_id") == shifted, F.col("created_at") + F.expr("INTERVAL 1 SECOND")
+            ).otherwise(F.col("created_at")),
+        )
+        check = validate.feed_order_check(feed, key)
+        if name == "feeds.consumer_feed":
+            check = validate.pushed_edge_check(check, edge_plan)
+        frames[name] = validate.in_store_check(check, broken)
+        expected[name] = feed.where(F.col("event_id").isin(lost, shifted)).count()
+    got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k})
+    for name, r in got["suites"].items():
+        assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in r["failed"]] == [
+            ("in_event_store", expected[name])
+        ], name

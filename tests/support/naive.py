@@ -53,13 +53,21 @@ def graph(landing: Path, ds: dt.date, start: dt.date) -> set[tuple[str, str]]:
     return {(c, p) for c, p in edges if c != p}
 
 
-def events(landing: Path, ds: dt.date, start: dt.date) -> pd.DataFrame:
+def events(landing: Path, ds: dt.date, start: dt.date, payload: bool = False) -> pd.DataFrame:
+    """Every event landed from ``start`` to ``ds``, first arrival of an id kept; ``payload``:
+    with its payload (None when it has none; an empty CSV field is none)."""
     frames = []
     day = start
     while day <= ds:
         df = read_table(landing, "events", day)
         if not df.empty:
-            frames.append(df[["event_id", "producer_id", "created_at"]].assign(_day=day))
+            cols = ["event_id", "producer_id", "created_at"]
+            if payload:
+                if "payload" not in df.columns:
+                    df = df.assign(payload=None)
+                df["payload"] = [None if pd.isna(v) or v == "" else v for v in df["payload"]]
+                cols.append("payload")
+            frames.append(df[cols].assign(_day=day))
         day += dt.timedelta(days=1)
     ev = pd.concat(frames, ignore_index=True)
     ev["created_at"] = (
@@ -89,6 +97,16 @@ def feeds(
     for c, ids in top.groupby("consumer_id", sort=False)["event_id"]:
         out[c] = list(ids)
     return out
+
+
+def store(landing: Path, ds: dt.date, start: dt.date, k: int) -> dict[str, tuple[str, str | None]]:
+    """event_id -> (producer_id, payload) of every event in some producer's latest k at the
+    end of ds: what the day's event store must hold."""
+    ev = events(landing, ds, start, payload=True).sort_values(
+        ["producer_id", "created_at", "event_id"], ascending=[True, False, False]
+    )
+    top = ev.groupby("producer_id", sort=False).head(k)
+    return {e: (p, v) for e, p, v in zip(top.event_id, top.producer_id, top.payload, strict=True)}
 
 
 def pools(landing: Path, ds: dt.date, start: dt.date, k_p: int) -> pd.DataFrame:

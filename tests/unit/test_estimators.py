@@ -191,10 +191,13 @@ def test_window_counts_read_ingests_counts_and_count_older_days_from_clean_rows(
     wh = Storage.at(make_settings().warehouse)
     ds = D(2026, 5, 3)
     events = contract("clean", "events")
-    schema = "event_id string, producer_id string, created_at timestamp, payload string"
+    schema = (
+        "event_id string, producer_id string, created_at timestamp, payload string, "
+        "attributes map<string,string>"
+    )
     at = dt.datetime(2026, 5, 1, 12)
     # 2026-05-01: clean rows only (ingested before counts existed): a x2, b x1
-    rows = [("e1", "a", at, None), ("e2", "a", at, None), ("e3", "b", at, None)]
+    rows = [("e1", "a", at, None, None), ("e2", "a", at, None, None), ("e3", "b", at, None, None)]
     with recorded(wh.root, D(2026, 5, 1), "ingest"):
         write_partition(spark.createDataFrame(rows, schema), wh, events, D(2026, 5, 1))
     # 2026-05-03: counts as ingest writes them; no clean rows needed to read them
