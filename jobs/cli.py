@@ -1,8 +1,9 @@
 """The ``feedpipe`` command line (also ``python -m jobs``, and the spark-submit entry point).
 
-Verbs: generate, run, backfill, ingest, rates, plan, materialize, validate, publish, feed,
-tables, report, connect-server, config. Settings come from ``--config``/``FEEDPIPE_CONFIG``, then
-``FEEDPIPE_*`` variables, then the flags below, later ones winning.
+Verbs: generate, import, run, backfill, ingest, rates, plan, materialize, validate, publish,
+feed, tables, catalog, report, evaluate, evaluate-rates, connect-server, config. Settings come
+from ``--config``/``FEEDPIPE_CONFIG``, then ``FEEDPIPE_*`` variables, then the flags below,
+later ones winning.
 """
 
 from __future__ import annotations
@@ -194,6 +195,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--unpublished", action="store_true", help="the day's latest complete run instead"
     )
 
+    cg = sub.add_parser(
+        "catalog",
+        parents=[common],
+        help="the published tables by name: print CREATE TABLE statements (Spark SQL or Hive), "
+        "register them in a Spark catalog, or rewrite the DuckDB database of views",
+    )
+    cg.add_argument("--dialect", choices=("spark", "hive"), default="spark")
+    what = cg.add_mutually_exclusive_group()
+    what.add_argument(
+        "--register",
+        action="store_true",
+        help="run the Spark statements in a Spark session's catalog (a shared Hive metastore "
+        "when spark_conf configures one)",
+    )
+    what.add_argument(
+        "--duckdb",
+        action="store_true",
+        help="rewrite <warehouse>/catalog/feedpipe.duckdb now (publish does it after every day)",
+    )
+
     rp = sub.add_parser(
         "evaluate",
         parents=[common],
@@ -374,6 +395,30 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.serving import catalog
+
+    if args.duckdb:
+        written = catalog.write_duckdb(settings.warehouse)
+        if written is None:
+            raise ConfigError(
+                "the DuckDB database is written for local warehouses only (DuckDB reads S3 "
+                "through its httpfs extension: see docs/operations.md, 'Tables by name')"
+            )
+        print(written)
+        return 0
+    if args.register:
+        from jobs.common.spark import build_session
+
+        spark = build_session(settings, "feedpipe-catalog")
+        for name in catalog.register(spark, settings.warehouse):
+            print(name)
+        return 0
+    for statement in catalog.spark_statements(settings.warehouse, args.dialect):
+        print(statement + ";")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.common.storage import Storage
     from jobs.serving.report import text_report, write_report
@@ -449,6 +494,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return cmd_import(args, settings)
     if verb == "tables":
         return cmd_tables(args, settings)
+    if verb == "catalog":
+        return cmd_catalog(args, settings)
     if verb == "report":
         return cmd_report(args, settings)
     if verb == "evaluate":

@@ -77,6 +77,12 @@ def run_stage(
     log.info("%s %s done in %.1fs", stage, ds, result["seconds"])
     if stage in REPORTED:
         _report(wh, ds)
+    if stage == "publish":
+        from jobs.serving.catalog import write_duckdb
+
+        written = write_duckdb(wh)
+        if written:
+            log.info("tables by name: %s", written)
     return result
 
 

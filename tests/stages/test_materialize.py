@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from pathlib import Path
 
+import duckdb
 import pandas as pd
 
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
+from jobs.serving.catalog import DUCKDB_FILE
 from jobs.serving.reader import FeedReader
 from jobs.stages import runner
 from support import naive
@@ -127,6 +130,22 @@ def test_per_producer_feeds_are_diverse_gapless_and_ordered(spark, churn_landing
             checked_fast += 1
             assert count.get(FAST, 0) <= K_P
     assert checked_fast >= 20
+    assert {c: [it.event_id for it in f] for c, f in feeds.items()} == naive.feeds_per_producer(
+        churn_landing, ds, START, K, K_P, HOURS
+    )
+    # published, the DuckDB view of assembled feeds makes the same k,t-diverse choice
+    for stage in ("validate", "publish"):
+        runner.run_stage(stage, s, ds, spark)
+    con = duckdb.connect(str(Path(s.warehouse, *DUCKDB_FILE)), read_only=True)
+    rows = con.sql(
+        f"SELECT consumer_id, event_id FROM feeds.assembled WHERE ds = DATE '{ds}' "
+        "ORDER BY consumer_id, rank"
+    ).fetchall()
+    con.close()
+    viewed: dict[str, list[str]] = {}
+    for c, e in rows:
+        viewed.setdefault(c, []).append(e)
+    assert viewed == {c: [it.event_id for it in f] for c, f in feeds.items() if f}
 
 
 def test_a_gap_or_a_new_k_rebuilds_the_feeds_in_full(spark, churn_landing, built_copy):

@@ -1,5 +1,7 @@
-"""The README's query recipes, run as written against a warehouse whose published day is being
-rebuilt: every answer is the published version's, never the rebuild's."""
+"""The README's query recipes (`feedpipe tables`, `feedpipe catalog`, the DuckDB database of
+views, pandas, Spark SQL over registered tables), run as written against a warehouse whose
+published day is being rebuilt: every answer is the published version's, never the
+rebuild's; the assembled-feed view equals the naive answer, payloads included."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from jobs import cli
+from jobs.common.tables import PUBLISHED_TABLES
 from jobs.stages import runner
-from support.workloads import LAST
+from support import naive
+from support.workloads import LAST, START, K
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,15 +51,30 @@ def test_the_readmes_query_recipes_read_published_versions_only(spark, built_cop
     assert len(expected_modes) > 1, "the published plan should differ from the rebuild's"
 
     shell, blocks = recipes()
-    assert len(blocks) == 3 and len(shell) == 2
+    assert len(blocks) == 3 and len(shell) == 3
+    outs = []
     for line in shell:
         args = line.split("#")[0].split()[1:]
         args = [str(LAST) if a == "2026-01-03" else a for a in args]
         assert cli.main([*args, "--warehouse", s.warehouse]) == 0, line
-    out = capsys.readouterr().out.splitlines()
-    listed = {ln.split()[1]: ln.split()[2] for ln in out if ln.startswith(str(LAST))}
+        outs.append(capsys.readouterr().out.splitlines())
+    listed = {ln.split()[1]: ln.split()[2] for ln in outs[0] if ln.startswith(str(LAST))}
     assert listed == {k: str(wh / k / f"ds={LAST}" / v) for k, v in manifest["versions"].items()}
-    assert out[-1] == str(wh / manifest["tables"]["plan/plan_cost"]["path"])
+    assert outs[1] == [str(wh / manifest["tables"]["plan/plan_cost"]["path"])]
+    # the Hive statements: every published table, its one day at its published folder
+    hive = outs[2]
+    named = {f"{ly}/{t}" for ly, t in PUBLISHED_TABLES}
+    assert sum(ln.startswith("CREATE EXTERNAL TABLE") for ln in hive) == len(named)
+    partitions = {
+        re.match(r"ALTER TABLE (\S+) ADD PARTITION \(ds = '(\S+)'\) LOCATION '(\S+)';", ln).groups()
+        for ln in hive
+        if ln.startswith("ALTER TABLE")
+    }
+    assert partitions == {
+        (k.replace("/", "."), str(LAST), str(wh / k / f"ds={LAST}" / v))
+        for k, v in manifest["versions"].items()
+        if k in named
+    }
 
     ns: dict = {"spark": spark}
     for block in blocks:
@@ -79,3 +98,12 @@ def test_the_readmes_query_recipes_read_published_versions_only(spark, built_cop
 
     by_day = {(str(r["ds"]), r["mode"]): r["edges"] for r in ns["by_day"].collect()}
     assert by_day == {(str(LAST), m): n for m, n in expected_modes.items()}
+
+    # feeds.assembled: every consumer's feed as the reader returns it, with its payloads
+    seen = ns["seen"]
+    got = {c: list(g.sort_values("rank").event_id) for c, g in seen.groupby("consumer_id")}
+    expected = naive.feeds(Path(s.landing), LAST, START, K)
+    assert got == {c: f for c, f in expected.items() if f}
+    store = naive.store(Path(s.landing), LAST, START, K)
+    assert list(seen.payload) == [store[e][1] for e in seen.event_id]
+    assert seen.attributes.isna().all()  # the generator sets no attributes

@@ -20,7 +20,16 @@ def feedpipe(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 VERBS = [
     *("generate", "import", "run", "backfill"),
     *("ingest", "rates", "plan", "materialize", "validate", "publish"),
-    *("feed", "tables", "report", "evaluate", "evaluate-rates", "connect-server", "config"),
+    *(
+        "feed",
+        "tables",
+        "catalog",
+        "report",
+        "evaluate",
+        "evaluate-rates",
+        "connect-server",
+        "config",
+    ),
 ]
 """The verbs of ../shared/DESIGN.md and the README."""
 
