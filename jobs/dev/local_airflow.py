@@ -97,46 +97,53 @@ class LocalAirflow:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         }
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._token: str | None = None
 
     def __enter__(self) -> LocalAirflow:
         import json
-        import time
 
         home = Path(self.env["AIRFLOW_HOME"])
         (home / "passwords.json").write_text(json.dumps({"admin": self.password}))
         self.logs.mkdir(parents=True, exist_ok=True)
-        exe = str(Path(sys.executable).parent / "airflow")
-        services = {
-            "api-server": [
-                *(exe, "api-server", "--host", "127.0.0.1", "--port", str(self.port)),
-                *("--workers", "1"),
-            ],
-            "scheduler": [exe, "scheduler"],
-            "dag-processor": [exe, "dag-processor"],
-        }
         try:
-            for name, cmd in services.items():
-                with open(self.logs / f"{name}.log", "wb") as out:
-                    self.procs.append(
-                        subprocess.Popen(
-                            cmd,
-                            env=self.env,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True,
-                        )
-                    )
-            deadline = time.monotonic() + 180
-            while not self._healthy():
-                if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                    raise RuntimeError(f"Airflow did not become healthy:\n{self.log_tail()}")
-                time.sleep(1)
+            for name in self.SERVICES:
+                self._start(name, self.env)
+            self._wait_healthy()
         except BaseException:
             self.stop()
             raise
         return self
+
+    SERVICES = ("api-server", "scheduler", "dag-processor")
+
+    def _start(self, name: str, env: dict[str, str]) -> None:
+        exe = str(Path(sys.executable).parent / "airflow")
+        cmd = [exe, name]
+        if name == "api-server":
+            cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+        with open(self.logs / f"{name}.log", "ab") as out:
+            self.procs[name] = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def _wait_healthy(self) -> None:
+        import time
+
+        deadline = time.monotonic() + 180
+        while not self._healthy():
+            if time.monotonic() > deadline or any(
+                p.poll() is not None for p in self.procs.values()
+            ):
+                raise RuntimeError(f"Airflow did not become healthy:\n{self.log_tail()}")
+            time.sleep(1)
+
+    def restart(self, name: str, **env: str) -> None:
+        """Stop one service (``scheduler``, ...) and start it again with ``env`` on top of
+        the others' environment, e.g. another ``AIRFLOW__SCHEDULER__*`` setting."""
+        self._stop(self.procs.pop(name))
+        self._start(name, {**self.env, **env})
+        self._wait_healthy()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -211,24 +218,30 @@ class LocalAirflow:
         return out
 
     def stop(self) -> None:
+        for p in self.procs.values():
+            self._signal(p, "SIGTERM")
+        for p in self.procs.values():
+            self._stop(p)
+        self.procs = {}
+
+    @staticmethod
+    def _signal(p: subprocess.Popen[bytes], name: str) -> None:
         import signal
 
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs:
+        if p.poll() is None:
             try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(timeout=10)
-        self.procs = []
+                os.killpg(p.pid, getattr(signal, name))
+            except ProcessLookupError:
+                pass
+
+    def _stop(self, p: subprocess.Popen[bytes]) -> None:
+        """Stop one service's process group (SIGTERM, then SIGKILL after 30 s)."""
+        self._signal(p, "SIGTERM")
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._signal(p, "SIGKILL")
+            p.wait(timeout=10)
 
 
 def _free_port() -> int:

@@ -4,17 +4,20 @@ Day 1 runs through ``airflow dags test`` (the demo's path), every stage submitte
 spark-submit to ``local[*]``. Then Airflow's api-server, scheduler and dag-processor run on
 127.0.0.1: a backfill requested through the REST API runs days 2 and 3 in order, forcing a
 strategy through the run's params, with the workers' ``FEEDPIPE_SPARK_REMOTE`` naming a
-long-lived Spark Connect server (docs/operations.md), and the plugin's pages are fetched from
-the API server. Every task must succeed on its first try. Last, a day whose landing never
+long-lived Spark Connect server (docs/operations.md), the plugin's pages are fetched from
+the API server, and the days' publish events trigger a run of the example consumer DAG.
+Every task must succeed on its first try. Last, a day whose landing never
 arrived: the sensor waits, times out and fails the run before ``ingest``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import json
 import re
+import sqlite3
 import time
 from pathlib import Path
 
@@ -107,7 +110,8 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
     run's conf; every run and every task succeeds on its first try, the days run one after
     another, on the Connect server, each is published serving the forced strategy and the
     last serves the naive feeds; the feedpipe plugin's pages, fetched from the API server,
-    show each day's figures."""
+    show each day's figures; the publish events trigger a run of the example consumer DAG,
+    which summarises the newest published day."""
     env, landing, warehouse = home
     start, end = BACKFILLED[0], BACKFILLED[-1]
     with (
@@ -119,10 +123,11 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
         status, _ = af.request("GET", "/api/v2/dags/feeds_daily", auth=False)
         assert status == 401  # the API wants a token
         deadline = time.monotonic() + 120
-        while af.request("GET", "/api/v2/dags/feeds_daily")[0] != 200:
-            assert time.monotonic() < deadline, af.log_tail()
-            time.sleep(2)
-        af.api("PATCH", "/api/v2/dags/feeds_daily", {"is_paused": False})
+        for dag_id in ("feeds_daily", CONSUMER):  # parsed, then unpaused
+            while af.request("GET", f"/api/v2/dags/{dag_id}")[0] != 200:
+                assert time.monotonic() < deadline, af.log_tail()
+                time.sleep(2)
+            af.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         backfill = af.api(
             "POST",
             "/api/v2/backfills",
@@ -168,6 +173,24 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
             for r in runs
         }
 
+        # the consumer DAG's run, which the scheduler makes from the publish events once it
+        # schedules DAGs (it ran without, so that feeds_daily's own @daily schedule added no
+        # run beside the backfill's; feeds_daily is paused first for the same reason)
+        af.api("PATCH", "/api/v2/dags/feeds_daily", {"is_paused": True})
+        af.restart("scheduler", AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE="True")
+        consumed = asset_triggered_runs(af, {e["id"] for e in updates})
+        for consumer, events in consumed:
+            assert consumer["state"] == "success", af.log_tail()
+            # all from publish_day (day 1's too, made before the consumer was unpaused)
+            assert {(e["source_dag_id"], e["source_task_id"]) for e in events} == {
+                ("feeds_daily", "publish_day")
+            }
+        run = f"/api/v2/dags/{CONSUMER}/dagRuns/{consumed[-1][0]['dag_run_id']}"
+        summary = af.api(
+            "GET", f"{run}/taskInstances/summarize_published_day/xcomEntries/return_value"
+        )["value"]
+        assert str(end) in str(summary) and FORCED in str(summary), summary
+
     assert sorted(tasks) == [str(d) for d in [START, *BACKFILLED]]
     for day, by_task in tasks.items():
         assert set(by_task) == {WAIT_TASK_ID, *TASK_IDS.values()}, day
@@ -188,6 +211,37 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
 
 
 CONSUMER = "feeds_consumer_example"
+
+
+def asset_triggered_runs(af, events: set[int]) -> list[tuple[dict, list[dict]]]:
+    """The consumer DAG's finished asset-triggered runs, each with the asset events it
+    consumed, oldest first, once they have consumed one of ``events`` at least. (Not all of
+    them: a run consumes the events up to the moment it was queued, and an event that arrives
+    while a run is queued is left for the run the next event queues.)"""
+    deadline = time.monotonic() + 300
+    while True:
+        runs = af.api("GET", f"/api/v2/dags/{CONSUMER}/dagRuns")["dag_runs"]
+        done = sorted(
+            (
+                r
+                for r in runs
+                if r["run_type"] == "asset_triggered" and r["state"] in ("success", "failed")
+            ),
+            key=lambda r: r["run_after"],
+        )
+        consumed = [
+            (
+                r,
+                af.api(
+                    "GET", f"/api/v2/dags/{CONSUMER}/dagRuns/{r['dag_run_id']}/upstreamAssetEvents"
+                )["asset_events"],
+            )
+            for r in done
+        ]
+        if events & {e["id"] for _, es in consumed for e in es}:
+            return consumed
+        assert time.monotonic() < deadline, f"events {events} not consumed: {runs}\n{af.log_tail()}"
+        time.sleep(3)
 
 
 def publish_events(af, published: int) -> list[dict]:
@@ -243,10 +297,7 @@ def test_a_day_whose_landing_never_arrives_fails_at_the_sensor(home):
     day = START + dt.timedelta(days=30)
     fast = {**env, "FEEDPIPE_LANDING_POKE_SECONDS": "1", "FEEDPIPE_LANDING_TIMEOUT_MINUTES": "0.1"}
     result = dags_test(fast, day)
-    listed = airflow(
-        fast, "tasks", "states-for-dag-run", "feeds_daily", run_id(fast, day), "-o", "json"
-    )
-    states = {t["task_id"]: t["state"] for t in last_json(listed.stdout)}
+    states = task_states(fast, day)
     assert states[WAIT_TASK_ID] == "failed", result.stderr[-3000:]
     assert {states[TASK_IDS[s]] for s in STAGES} == {"upstream_failed"}
     assert (
@@ -255,6 +306,15 @@ def test_a_day_whose_landing_never_arrives_fails_at_the_sensor(home):
     )
 
 
-def run_id(env: dict[str, str], day: dt.date) -> str:
-    runs = last_json(airflow(env, "dags", "list-runs", "feeds_daily", "-o", "json").stdout)
-    return next(r["run_id"] for r in runs if r["logical_date"][:10] == str(day))
+def task_states(env: dict[str, str], day: dt.date) -> dict[str, str]:
+    """The states of the day's feeds_daily tasks, read from the metadata database (what
+    ``airflow tasks states-for-dag-run`` prints, without two more Airflow processes)."""
+    db = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute(
+            "SELECT ti.task_id, ti.state FROM task_instance ti JOIN dag_run r"
+            " ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id"
+            " WHERE r.dag_id = 'feeds_daily' AND substr(r.logical_date, 1, 10) = ?",
+            (str(day),),
+        ).fetchall()
+    return dict(rows)
