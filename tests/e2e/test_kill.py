@@ -1,7 +1,13 @@
-"""kill -9 of a whole `feedpipe run` (the Python driver and its JVM, one process group) at
+"""kill -9 of a feedpipe process (the Python driver and its JVM, one process group) at
 several moments, first of a new day, then of a published day being reprocessed with corrected
 inputs, while readers poll: no read ever returns a wrong, missing or mixed feed, no killed
-attempt's outputs are ever published, and the day ends equal to an uninterrupted run's."""
+attempt's outputs are ever published, and the day ends equal to an uninterrupted run's.
+
+Each killed process is ``feedpipe run --stages S,...`` from the stage whose moment is under
+test (what the killed attempt finished before it is what an attempt of the whole day would
+have finished too); after each kill the day is rerun from there, in this process's Spark
+session, up to the next moment.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,6 +27,7 @@ import pandas as pd
 import pytest
 
 from jobs.common import ledger, versions
+from jobs.common.pipeline import STAGES
 from jobs.common.storage import Storage
 from jobs.common.tables import PUBLISHED_TABLES
 from jobs.serving.reader import FeedError, FeedReader
@@ -29,6 +35,7 @@ from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
 from support import naive
 from support.paths import version
+from support.polling import Poller
 from support.same_day import rows
 from support.workloads import LAST, START, K
 
@@ -53,33 +60,6 @@ def toml(settings) -> str:
     return "\n".join(out) + "\n"
 
 
-class Poller(threading.Thread):
-    """Reads ``consumers``' feeds of day ``ds`` over and over; each read is named after the
-    expected answer it equals ("mixed" when none, the error when the read failed)."""
-
-    def __init__(self, warehouse: str, ds: dt.date, expected: dict[str, dict[str, list[str]]]):
-        super().__init__(daemon=True)
-        self.warehouse, self.ds, self.expected = warehouse, ds, expected
-        self.consumers = sorted(next(iter(expected.values())))
-        self.seen: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                got = FeedReader(self.warehouse, self.ds).feeds(self.consumers, K)
-                ids = {c: [i.event_id for i in f] for c, f in got.items()}
-                self.seen.append(next((n for n, e in self.expected.items() if e == ids), "mixed"))
-            except Exception as exc:
-                self.seen.append(f"error: {exc}")
-            time.sleep(0.05)
-
-    def finish(self) -> list[str]:
-        self.stop.set()
-        self.join(30)
-        return self.seen
-
-
 def newer(path: Path, since: float) -> bool:
     try:
         return path.stat().st_mtime >= since
@@ -87,46 +67,54 @@ def newer(path: Path, since: float) -> bool:
         return False
 
 
-def moments(wh: Path, ds: dt.date) -> dict[str, Callable[[set[Path], float], bool]]:
-    """When to kill, given the day's run folders and the time before the run started: ingest
-    writing its clean tables, plan running (rates has recorded), materialize writing the
-    feeds, validate running (materialize has recorded), publish starting (the validation
-    results are written)."""
-    day = wh / "manifests" / f"ds={ds}"
+Moment = Callable[[set[Path], float, Path], bool]
 
-    def writing(layer: str) -> Callable[[set[Path], float], bool]:
-        return lambda before, _: bool(set(wh.glob(f"{layer}/*/ds={ds}/run=*")) - before)
 
-    def recorded(path: Path) -> Callable[[set[Path], float], bool]:
-        return lambda _, since: newer(path, since)
+def moments(wh: Path, ds: dt.date) -> dict[str, tuple[str, Moment]]:
+    """Each moment: the first stage the killed process runs, and when to kill it, given the
+    day's run folders and the time before the process started and its log: ingest writing
+    its clean tables, plan running (rates has recorded), materialize writing the feeds,
+    plan and validate running (the process's Spark session has started), publish starting
+    (the validation results are written)."""
+    results = wh / "quality" / f"ds={ds}" / "results.json"
+
+    def writing(layer: str) -> Moment:
+        return lambda before, _, __: bool(set(wh.glob(f"{layer}/*/ds={ds}/run=*")) - before)
+
+    def recorded(path: Path) -> Moment:
+        return lambda _, since, __: newer(path, since)
+
+    def started(_: set[Path], since: float, log: Path) -> bool:
+        return "spark session" in log.read_text() and time.time() > since + 1
 
     return {
-        "ingest writing": writing("clean"),
-        "plan running": recorded(day / "stages" / "rates.json"),
-        "materialize writing": writing("feeds"),
-        "validate running": recorded(day / "stages" / "materialize.json"),
-        "publish starting": recorded(wh / "quality" / f"ds={ds}" / "results.json"),
+        "ingest writing": ("ingest", writing("clean")),
+        "plan running": ("plan", started),
+        "materialize writing": ("materialize", writing("feeds")),
+        "validate running": ("validate", started),
+        "publish starting": ("validate", recorded(results)),
     }
 
 
-def run_day(config: Path, ds: dt.date, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "jobs", "run", "--ds", str(ds), "--config", str(config), "-q"]
-    return subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=log.open("a"), start_new_session=True
-    )
-
-
 def kill_at(config: Path, wh: Path, ds: dt.date, moment: str, log: Path) -> float:
-    """Start the day's run and kill its process group once ``moment`` is reached; returns
-    the seconds it ran."""
+    """Run the day from the moment's stage in a process group of its own and kill the group
+    once ``moment`` is reached; returns the seconds it ran."""
+    first, reached = moments(wh, ds)[moment]
+    stages = ",".join(STAGES[STAGES.index(first) :])
     before = set(wh.glob(f"*/*/ds={ds}/run=*"))
-    reached = moments(wh, ds)[moment]
+    attempt = log.with_name(f"{log.stem}-{ds}-{moment.replace(' ', '-')}.log")
+    cmd = [sys.executable, "-m", "jobs", "run", "--ds", str(ds), "--stages", stages]
     since = time.time() - 0.01
     started = time.monotonic()
-    proc = run_day(config, ds, log)
-    while not reached(before, since):
+    proc = subprocess.Popen(
+        [*cmd, "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=attempt.open("w"),
+        start_new_session=True,
+    )
+    while not reached(before, since, attempt):
         if proc.poll() is not None:
-            pytest.fail(f"the run of {ds} ended ({proc.returncode}) before '{moment}': {log}")
+            pytest.fail(f"the run of {ds} ended ({proc.returncode}) before '{moment}': {attempt}")
         assert time.monotonic() - started < 600, f"'{moment}' not reached in 600 s"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -134,9 +122,10 @@ def kill_at(config: Path, wh: Path, ds: dt.date, moment: str, log: Path) -> floa
     return time.monotonic() - started
 
 
-def complete(config: Path, ds: dt.date, log: Path) -> None:
-    proc = run_day(config, ds, log)
-    assert proc.wait(900) == 0, log.read_text()[-3000:]
+def rerun(spark, settings, ds: dt.date, *stages: str) -> None:
+    """The day's stages run again after a kill, in this process's Spark session."""
+    for stage in stages:
+        runner.run_stage(stage, settings, ds, spark)
 
 
 def correct(landing: Path, ds: dt.date) -> None:
@@ -172,30 +161,34 @@ def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_d
     wh, store = Path(s.warehouse), Storage.at(s.warehouse)
     config = tmp_path / "feedpipe.toml"
     config.write_text(toml(s))
-    log = tmp_path / "runs.log"
+    log = tmp_path / "attempt.log"
     # the uninterrupted run of LAST: the shared build's, with the same settings
     reference = {
         f"{ly}/{t}": rows(s.warehouse, ly, t, LAST, published=False) for ly, t in PUBLISHED_TABLES
     }
-    for stage in ("validate", "publish"):
-        runner.run_stage(stage, s, PREV, spark)
+    rerun(spark, s, PREV, "validate", "publish")
     consumers = sorted(naive.feeds(landing, LAST, START, K))
     sample = consumers[::4]
     prev_feeds = naive.feeds(landing, PREV, START, K, set(sample))
 
-    # 1. a new day, killed at every moment; the previous day is polled meanwhile
-    poll_prev = Poller(s.warehouse, PREV, {"published": prev_feeds})
+    # 1. a new day, killed at every moment, each followed by a rerun up to the next; the
+    # previous day is polled meanwhile
+    poll_prev = Poller(s.warehouse, PREV, {"published": prev_feeds}, K)
     poll_prev.start()
     took = {}
     # (killed in publish, a new day may be published: that moment is the reprocess's)
-    for moment in ("ingest writing", "materialize writing", "validate running"):
+    for moment, then in (
+        ("ingest writing", ("ingest", "rates", "plan")),
+        ("materialize writing", ("materialize",)),
+        ("validate running", ("validate", "publish")),
+    ):
         took[moment] = kill_at(config, wh, LAST, moment, log)
         with pytest.raises(FeedError, match="has not been published"):
             FeedReader(s.warehouse, LAST)
         with pytest.raises(PublishRefused):  # no attempt's outputs are ever published
             runner.run_stage("publish", s, LAST)
         assert ledger.latest(store) == PREV
-    complete(config, LAST, log)
+        rerun(spark, s, LAST, *then)
     seen = poll_prev.finish()
     assert set(seen) == {"published"} and len(seen) > 50, set(seen)
     got = {k: rows(s.warehouse, *k.split("/"), LAST) for k in reference}
@@ -210,16 +203,22 @@ def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_d
     new_feeds = naive.feeds(landing, LAST, START, K, set(sample))
     differ = sum(new_feeds[c] != old_feeds[c] for c in sample)
     assert differ > len(sample) // 4, differ
-    poll_prev = Poller(s.warehouse, PREV, {"published": prev_feeds})
-    poll_last = Poller(s.warehouse, LAST, {"old": old_feeds, "new": new_feeds})
+    poll_prev = Poller(s.warehouse, PREV, {"published": prev_feeds}, K)
+    poll_last = Poller(s.warehouse, LAST, {"old": old_feeds, "new": new_feeds}, K)
     poll_prev.start()
     poll_last.start()
-    for moment in ("plan running", "materialize writing", "publish starting"):
+    rerun(spark, s, LAST, "ingest", "rates")
+    for moment, then in (
+        ("plan running", ("plan",)),
+        ("materialize writing", ("materialize",)),
+        ("publish starting", ("validate", "publish")),
+    ):
         took[f"reprocess, {moment}"] = kill_at(config, wh, LAST, moment, log)
         published = versions.published(store, LAST)
         assert published is not None and published.folders.keys() == old_version.folders.keys()
         assert ledger.latest(store) == LAST
-    complete(config, LAST, log)
+        rerun(spark, s, LAST, *then)
+    time.sleep(2)  # the pollers read the new version a few times
     seen_last = poll_last.finish()
     assert set(poll_prev.finish()) == {"published"}
     assert set(seen_last) <= {"old", "new"}, sorted(set(seen_last))
