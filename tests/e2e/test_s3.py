@@ -1,7 +1,8 @@
 """S3: a real S3-compatible server (moto in server mode) on 127.0.0.1.
 
 * Landing and warehouse on S3: Spark reading and writing through S3A, the reader and publish
-  through pyarrow's S3 client; ``publish_to`` marks the warehouse on S3.
+  through pyarrow's S3 client; ``publish_to`` marks the warehouse on S3; a reprocess killed
+  with kill -9 while it writes never disturbs a reader of the published day.
 * ``publish_to`` from a local warehouse: whole days copied with boto3, the pointers moved
   after the data; a publish failing half-way moves no pointer."""
 
@@ -10,17 +11,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 
 import boto3
 import pytest
 
+from jobs.common import versions
+from jobs.common.config import Settings
 from jobs.common.s3a import jar_paths
 from jobs.common.storage import Storage
 from jobs.serving.reader import FeedReader
+from jobs.stages import runner
+from jobs.stages.publish import PublishRefused
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support import naive
+from support.polling import Poller
 from support.requires import missing
 from support.workloads import START as CHURN_START
 from support.workloads import K as CHURN_K
@@ -49,7 +58,7 @@ def s3_env(s3_server):
             os.environ[k] = v
 
 
-def test_a_backfill_on_s3_serves_the_naive_feeds(s3_env, tmp_path):
+def test_a_backfill_on_s3_serves_the_naive_feeds_and_survives_a_killed_reprocess(s3_env, tmp_path):
     profile = scaled(PROFILES["ff2010"], 0.002)
     generate(Storage.at("s3://feedpipe/landing"), START, DAYS, profile, seed=21)
     generate(
@@ -82,12 +91,12 @@ def test_a_backfill_on_s3_serves_the_naive_feeds(s3_env, tmp_path):
             "Body"
         ].read()
     )
-    versions = {
+    folders = {
         (f"{parts[1]}/{parts[2]}", parts[4])
         for parts in (k.split("/") for k in keys)
         if len(parts) > 5 and parts[3] == f"ds={end}" and parts[4].startswith("run=")
     }
-    assert versions == set(manifest["versions"].items())
+    assert folders == set(manifest["versions"].items())
 
     expected = naive.feeds(tmp_path / "local", end, START, K)
     got = FeedReader("s3://feedpipe/warehouse", end).feeds(sorted(expected), K)
@@ -104,6 +113,65 @@ def test_a_backfill_on_s3_serves_the_naive_feeds(s3_env, tmp_path):
     latest = json.loads(s3.get_object(Bucket="feedpipe", Key="published/latest")["Body"].read())
     assert latest["ds"] == str(end)
     assert FeedReader.published_copy("s3://feedpipe/published", None, s3=s3).ds == end
+
+    # the published last day reprocessed on S3 to serve another plan, its run killed (the
+    # process group, JVM included) while materialize writes the feeds, then run to the end;
+    # a reader polling the day meanwhile always gets its feeds, through one version or the
+    # other, and the killed attempt is never published
+    forced = {**env, "FEEDPIPE_STRATEGY": "pull-all", "FEEDPIPE_STRATEGIES": "pull-all"}
+    sample = sorted(expected)[::3]
+    poll = Poller("s3://feedpipe/warehouse", end, {"day": {c: expected[c] for c in sample}}, K)
+    poll.start()
+
+    def runs(layer: str) -> set[str]:
+        prefix = f"warehouse/{layer}/"
+        return {
+            k.rsplit("/", 1)[0]
+            for page in s3.get_paginator("list_objects_v2").paginate(
+                Bucket="feedpipe", Prefix=prefix
+            )
+            for o in page.get("Contents", [])
+            if f"/ds={end}/run=" in (k := o["Key"])
+        }
+
+    before = runs("feeds")
+    stages = ["run", "--ds", str(end), "--landing", "s3://feedpipe/landing"]
+    stages += ["--warehouse", "s3://feedpipe/warehouse", "--stages"]
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "jobs", *stages, "plan,materialize,validate,publish", "-q"],
+        env=forced,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while not runs("feeds") - before:
+        assert killed.poll() is None, f"the run ended ({killed.returncode}) before materialize"
+        assert time.monotonic() < deadline, "materialize did not start writing in 600 s"
+        time.sleep(0.2)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(30)
+    on_s3 = Settings(
+        landing="s3://feedpipe/landing",
+        warehouse="s3://feedpipe/warehouse",
+        feed_k=K,
+        strategy="pull-all",
+        strategies=("pull-all",),
+        publish_to="s3://feedpipe/published",
+    )
+    with pytest.raises(PublishRefused, match="materialize"):
+        runner.run_stage("publish", on_s3, end)
+    rest = [sys.executable, "-m", "jobs", *stages, "materialize,validate,publish", "-q"]
+    finished = subprocess.run(rest, env=forced, capture_output=True, text=True, timeout=1200)
+    assert finished.returncode == 0, finished.stderr[-4000:]
+    seen = poll.finish()
+    assert set(seen) == {"day"} and len(seen) > 20, Counter(seen)
+    store = Storage.at("s3://feedpipe/warehouse")
+    assert versions.published(store, end).manifest["plan"]["served"] == "pull-all"
+    got = FeedReader("s3://feedpipe/warehouse", end).feeds(sorted(expected), K)
+    assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
+    # of the feeds, the published version and the one it replaced are left
+    assert len(runs("feeds")) <= 2 * 4
 
 
 def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(
