@@ -41,9 +41,10 @@ lint: $(STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each test file in one of them so
 # a file's shared fixtures (an Airflow, a cluster, a multi-day run) are built once; what
-# several files share is built once per run (tests/support/once.py).
+# several files share is built once per run (tests/support/once.py). Files are handed out in
+# collection order, the longest first (tests/conftest.py).
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the fast tier: lint, types, stage and unit tests (the stage files first: they share a
 # multi-day build, which one process makes while the other runs the rest)

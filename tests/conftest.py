@@ -20,6 +20,32 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 TEST_SPARK = {"spark.driver.memory": "2g"}
+
+LONGEST_FIRST = (
+    "e2e/test_airflow.py",
+    "e2e/test_kill.py",
+    "e2e/test_s3.py",
+    "e2e/test_remote_spark.py",
+    "e2e/test_real_data.py",
+    "stages/test_plan.py",
+    "stages/test_ingest.py",
+    "unit/test_views.py",
+)
+"""The files that take longest (``--durations``), started first: ``make test`` hands whole
+files to its two processes in collection order (``--no-loadscope-reorder``), and a long file
+handed out last would leave one process working alone at the end. The other files follow in
+their own order, the short unit files last."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = Path(str(item.fspath)).resolve().relative_to(Path(__file__).parent).as_posix()
+        first = LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+        return first, ("e2e/", "stages/", "unit/").index(path[: path.index("/") + 1])
+
+    items.sort(key=rank)
+
+
 """The test session's own settings on top of the stages' (``jobs.common.spark``)."""
 
 
