@@ -54,21 +54,29 @@ def view_id(feeds: Column) -> Column:
     )
 
 
-def candidate_sets(edges: DataFrame, push_cost: float, pull_cost: float, full: bool) -> DataFrame:
+def candidate_sets(
+    edges: DataFrame, push_cost: float, pull_cost: float, full: bool | str
+) -> DataFrame:
     """``view_id, feeds (sorted array), size, query_freq``: Algorithm 1 over ``edges``
-    (consumer_id, producer_id, phi, theta; active consumers only). Sets of one producer are
-    left out: its native view serves them."""
+    (consumer_id, producer_id, phi, theta; active consumers only); with ``full`` each user's
+    whole follow set instead, with ``"union"`` both. Sets of one producer are left out: its
+    native view serves them."""
     from pyspark.sql import functions as F
 
+    groups = []
     if full:
-        group = F.lit("all")
-    else:
+        groups.append(F.lit("all"))
+    if full is not True:
         prefer = F.col("theta") * F.lit(pull_cost) >= F.col("phi") * F.lit(push_cost)
-        group = F.when(prefer, F.lit("push")).otherwise(F.lit("pull"))
-    per_user = edges.groupBy("consumer_id", group.alias("g")).agg(
-        F.array_sort(F.collect_list("producer_id")).alias("feeds"),
-        F.first("theta").alias("theta"),
-    )
+        groups.append(F.when(prefer, F.lit("push")).otherwise(F.lit("pull")))
+    per_user = None
+    for group in groups:
+        sets = edges.groupBy("consumer_id", group.alias("g")).agg(
+            F.array_sort(F.collect_list("producer_id")).alias("feeds"),
+            F.first("theta").alias("theta"),
+        )
+        per_user = sets if per_user is None else per_user.unionByName(sets)
+    assert per_user is not None
     merged = (
         per_user.where(F.size("feeds") > 1).groupBy("feeds").agg(F.sum("theta").alias("query_freq"))
     )

@@ -66,7 +66,7 @@ def test_a_candidate_sets_optimum_is_no_better_than_every_views_and_no_worse_tha
 ):
     p = random_problem(seed)
     every = exact.solve(p, exact.every_view(p))
-    for full in (False, True):
+    for full in (False, True, "union"):
         cands = views.candidate_views(p, full=full)
         mine = exact.solve(p, [c.feeds for c in cands])
         assert mine.optimal and every.cost <= mine.cost + 1e-9

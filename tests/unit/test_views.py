@@ -122,7 +122,7 @@ def test_query_plan_matches_a_scan_of_every_view_at_every_step(seed):
 def test_properties_on_random_graphs(seed):
     p = random_problem(seed)
     pull_all = sum(p.evaluation(u, len(fs)) for u, fs in p.follows.items())
-    for full in (False, True):
+    for full in (False, True, "union"):
         cands = views.candidate_views(p, full=full)
         for select in (views.greedy, views.hierarchy):
             s = select(p, cands)
@@ -168,7 +168,7 @@ def test_lower_bound_never_above_the_cheapest_plan(seed):
     p = random_problem(seed, n_feeds=4, n_users=random.Random(seed).randint(2, 6))
     best = exact_optimum(p)
     assert views.lower_bound(p) <= best + 1e-9
-    for full in (False, True):
+    for full in (False, True, "union"):
         for select in (views.greedy, views.hierarchy):
             assert best <= select(p, views.candidate_views(p, full=full)).cost(p) + 1e-9
     assert best <= ff_per_pair_cost(p) + 1e-9
@@ -211,7 +211,7 @@ def test_spark_candidates_and_their_users_match_algorithm_1(spark, seed):
 
     p = random_problem(seed)
     e = edges_frame(spark, p)
-    for full in (False, True):
+    for full in (False, True, "union"):
         expected = {c.feeds: (c.users, c.query_freq) for c in views.candidate_views(p, full)}
         cands = shared.candidate_sets(e, H, L, full)
         users: dict[str, list[str]] = {}
@@ -396,3 +396,15 @@ def by_component(p: views.Problem, full: bool, name: str, ff_push, user_views: i
         edges.extend(res.edges)
         chosen.update(res.views)
     return edges, chosen
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_union_candidates_are_both_sets_with_the_same_users(seed):
+    p = random_problem(seed)
+    alg1 = {c.feeds: c.users for c in views.candidate_views(p)}
+    full = {c.feeds: c.users for c in views.candidate_views(p, full=True)}
+    union = {c.feeds: c.users for c in views.candidate_views(p, full="union")}
+    assert union == {**alg1, **full}
+    # a view's users are every user whose follow set contains it, whichever set it came from
+    for feeds, users in union.items():
+        assert users == tuple(sorted(u for u, fs in p.follows.items() if feeds <= fs))
