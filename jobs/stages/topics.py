@@ -1,0 +1,186 @@
+"""Topic matching in Spark: which of a day's events belong to which topics, in the spirit of
+Fabret et al. (seed 004, Sections 3-4): each subscription (topic) is indexed by one access
+predicate, the candidates found through it, and the remaining predicates checked on those
+candidates only.
+
+* :func:`parse_topics`: ``topic_id, predicate`` -> ``topic_id, terms`` or ``error`` (the
+  reason a definition is malformed), parsed by ``jobs.common.predicates`` in
+  ``mapInPandas`` batches (one definition at a time: bounded).
+* :func:`match`: ``(topic_id, event_id)`` for every event whose attributes satisfy every
+  term of a topic (``jobs.common.predicates.holds`` is the reference).
+
+Access predicates (:func:`match`): a topic with an equality or ``IN`` term is indexed by the
+one whose (attribute, value) pairs are rarest among the day's events, and meets the events
+through an equi-join on that pair (a numeric value meets every numeric spelling of the same
+double: ``5``, ``5.0``, ``5e0``); a topic whose terms are all comparisons is indexed by the
+attribute of one of its ordering terms (``<``, ``<=``, ``>``, ``>=``), which every matching
+event must have, and meets the events that have it; a topic of ``!=`` terms only (which a
+missing attribute satisfies) meets every event: that is the one cross join, and its output
+is as large as its input. Every candidate is then checked against all of the topic's terms
+with Spark expressions (no Python per event).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+VALUE = "struct<text:string,number:double>"
+TERM = f"struct<attribute:string,op:string,values:array<{VALUE}>>"
+PARSED = f"topic_id string, terms array<{TERM}>, error string"
+NUMBER_RE = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+
+
+def parse_topics(topics: DataFrame) -> DataFrame:
+    """``topic_id, terms, error``: ``terms`` null and ``error`` the reason when the
+    predicate is malformed (or missing)."""
+
+    def parse(batches):  # type: ignore[no-untyped-def]
+        import pandas as pd
+
+        from jobs.common.predicates import Malformed, parse
+
+        for b in batches:
+            terms: list[list[dict[str, Any]] | None] = []
+            errors: list[str | None] = []
+            for text in b["predicate"]:
+                try:
+                    if text is None:
+                        raise Malformed("no predicate")
+                    parsed = parse(text)
+                    terms.append(
+                        [
+                            {
+                                "attribute": t.attribute,
+                                "op": t.op,
+                                "values": [{"text": v.text, "number": v.number} for v in t.values],
+                            }
+                            for t in parsed
+                        ]
+                    )
+                    errors.append(None)
+                except Malformed as exc:
+                    terms.append(None)
+                    errors.append(str(exc))
+            yield pd.DataFrame({"topic_id": b["topic_id"], "terms": terms, "error": errors})
+
+    return topics.select("topic_id", "predicate").mapInPandas(parse, PARSED)
+
+
+def _key(kind: str, value: Column) -> Column:
+    """The join key of an (attribute, value) pair: strings by their text, numbers by their
+    double (``-0.0`` as ``0.0``)."""
+    from pyspark.sql import functions as F
+
+    if kind == "s":
+        return F.concat(F.lit("s:"), value)
+    number = F.when(value == 0, F.lit(0.0)).otherwise(value)
+    return F.concat(F.lit("n:"), number.cast("string"))
+
+
+def _holds(attributes: Column, term: Column) -> Column:
+    """Whether ``term`` holds for an event with ``attributes`` (the contract of
+    ``jobs.common.predicates.holds``, as a Spark expression)."""
+    from pyspark.sql import functions as F
+
+    a = F.try_element_at(attributes, term["attribute"])
+    numeric = a.rlike(NUMBER_RE)
+    as_double = a.try_cast("double")
+
+    def compare(op: Column, v: Column) -> Column:
+        s, n = v["text"], v["number"]
+
+        def by(left: Column, right: Column) -> Column:
+            return (
+                F.when(op == "=", left == right)
+                .when(op == "!=", left != right)
+                .when(op == "<", left < right)
+                .when(op == "<=", left <= right)
+                .when(op == ">", left > right)
+                .when(op == ">=", left >= right)
+                .otherwise(F.lit(False))
+            )
+
+        return F.when(n.isNull(), by(a, s)).otherwise(numeric & by(as_double, n))
+
+    return (
+        F.when(a.isNull(), term["op"] == "!=")
+        .when(term["op"] == "in", F.exists(term["values"], lambda v: compare(F.lit("="), v)))
+        .otherwise(compare(term["op"], term["values"][0]))
+    )
+
+
+def match(events: DataFrame, topics: DataFrame) -> DataFrame:
+    """``topic_id, event_id``, each pair once, for ``events`` (``event_id``, ``attributes``
+    map<string,string>) and parsed ``topics`` (``topic_id``, ``terms``; rows with null
+    ``terms`` are ignored)."""
+    from pyspark.sql import functions as F
+
+    good = topics.where(F.col("terms").isNotNull()).select("topic_id", "terms")
+    ev = events.select("event_id", "attributes")
+    pairs = ev.select("event_id", F.explode("attributes").alias("attribute", "value"))
+    event_keys = pairs.select(
+        "event_id", "attribute", _key("s", F.col("value")).alias("key")
+    ).unionByName(
+        pairs.where(F.col("value").rlike(NUMBER_RE)).select(
+            "event_id",
+            "attribute",
+            _key("n", F.col("value").try_cast("double")).alias("key"),
+        )
+    )
+    # every equality-like term of every topic, with its (attribute, key) pairs
+    terms = good.select("topic_id", F.posexplode("terms").alias("pos", "t"))
+    eq_keys = (
+        terms.where(F.col("t.op").isin("=", "in"))
+        .select(
+            "topic_id",
+            "pos",
+            F.col("t.attribute").alias("attribute"),
+            F.explode("t.values").alias("v"),
+        )
+        .select(
+            "topic_id",
+            "pos",
+            "attribute",
+            F.when(F.col("v.number").isNull(), _key("s", F.col("v.text")))
+            .otherwise(_key("n", F.col("v.number")))
+            .alias("key"),
+        )
+        .distinct()
+    )
+    # the rarest term of each topic: the fewest events through its keys (Fabret's access
+    # predicate: the most selective equality)
+    freq = event_keys.groupBy("attribute", "key").agg(F.count("*").alias("n"))
+    weight = (
+        eq_keys.join(freq, ["attribute", "key"], "left")
+        .groupBy("topic_id", "pos")
+        .agg(F.sum(F.coalesce("n", F.lit(0))).alias("n"))
+    )
+    best = weight.groupBy("topic_id").agg(F.min(F.struct("n", "pos"))["pos"].alias("pos"))
+    access = eq_keys.join(best, ["topic_id", "pos"]).select("topic_id", "attribute", "key")
+    by_equality = access.join(event_keys, ["attribute", "key"]).select("topic_id", "event_id")
+
+    # topics without an equality term: through an ordering term's attribute, or every event
+    indexed = best.select("topic_id")
+    rest = good.join(indexed, "topic_id", "left_anti")
+    ordering = rest.select(
+        "topic_id",
+        F.filter("terms", lambda t: t["op"].isin("<", "<=", ">", ">=")).alias("o"),
+    )
+    by_attribute = (
+        ordering.where(F.size("o") > 0)
+        .select("topic_id", F.col("o")[0]["attribute"].alias("attribute"))
+        .join(pairs.select("event_id", "attribute"), "attribute")
+        .select("topic_id", "event_id")
+    )
+    by_all = ordering.where(F.size("o") == 0).select("topic_id").crossJoin(ev.select("event_id"))
+
+    candidates = by_equality.unionByName(by_attribute).unionByName(by_all).distinct()
+    return (
+        candidates.join(good, "topic_id")
+        .join(ev, "event_id")
+        .where(F.forall("terms", lambda t: _holds(F.col("attributes"), t)))
+        .select("topic_id", "event_id")
+    )
