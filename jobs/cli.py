@@ -111,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--flash-producers", type=int, default=0, help="producers with a flash event")
     g.add_argument("--flash-day", type=_date, help="day of the flash event")
     g.add_argument("--flash-factor", type=float, default=10.0, help="rate multiplier of a flash")
+    g.add_argument(
+        "--topics",
+        type=int,
+        default=0,
+        help="topic producers (default 0): events get attributes, day 1 lands the definitions",
+    )
+    g.add_argument(
+        "--topic-follows", type=float, default=1.0, help="topics followed per consumer (default 1)"
+    )
 
     imp = sub.add_parser("import", parents=[common], help="a real data set into the landing layout")
     imp.add_argument("name", choices=("snap-edges", "higgs"), help="importer")
@@ -302,6 +311,8 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
         flash_producers=args.flash_producers,
         flash_day=(args.flash_day - args.start).days if args.flash_day else -1,
         flash_factor=args.flash_factor,
+        topics=args.topics,
+        topic_follows=args.topic_follows,
     )
     formats = dict.fromkeys(("follows", "events", "views"), args.format) if args.format else None
     stats = generate(

@@ -38,6 +38,8 @@ PUBLISHED_TABLES: tuple[tuple[str, str], ...] = (
     ("clean", "follows"),
     ("clean", "events"),
     ("clean", "views"),
+    ("clean", "topics"),
+    ("clean", "topic_events"),
     ("rates", "producer_rates"),
     ("rates", "consumer_rates"),
     ("plan", "edge_plan"),

@@ -60,7 +60,7 @@ CREATE OR REPLACE VIEW feeds.assembled AS
 WITH items AS (
     SELECT ds, consumer_id, event_id, producer_id, created_at FROM feeds.consumer_feed
     UNION ALL
-    SELECT s.ds, s.consumer_id, p.event_id, p.producer_id, p.created_at
+    SELECT s.ds, s.consumer_id, p.event_id, p.author_id AS producer_id, p.created_at
     FROM plan.consumer_sources s JOIN feeds.producer_feed p
       ON s.source_type = 'producer' AND p.producer_id = s.source_id AND p.ds = s.ds
     UNION ALL

@@ -237,12 +237,13 @@ class FeedReader:
         by_producer: dict[str, list[FeedItem]] = defaultdict(list)
         wanted = sorted({p for ps in pulls.values() for p in ps})
         per_producer = self.coherency == "per_producer"
-        pf_cols = [*cols, "rank"] if per_producer else cols
+        pf_cols = [*cols, "author_id", *(["rank"] if per_producer else [])]
         for r in self._scan("feeds", "producer_feed", "producer_id", wanted, pf_cols).to_pylist():
             if per_producer and r["rank"] > self.k_per_producer:
                 continue
+            # a topic's feed holds other producers' events: each item names its author
             by_producer[r["producer_id"]].append(
-                FeedItem(r["event_id"], r["producer_id"], r["created_at"])
+                FeedItem(r["event_id"], r["author_id"], r["created_at"])
             )
         by_view: dict[str, list[FeedItem]] = defaultdict(list)
         wanted_views = sorted({v for vs in views.values() for v in vs})

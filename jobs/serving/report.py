@@ -370,6 +370,12 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
                 f"<td>{c['clean']}</td><td>{c['duplicates']}</td><td>{c['quarantined']}</td></tr>"
             )
         out.append("</table>")
+    topics = (
+        day.manifest.get("topics", {})
+        if day.manifest is not None
+        else records.get("ingest", {}).get("topics", {})
+    )
+    out.append(_topics(topics))
 
     out.append("<h2>Data quality</h2>")
     if day.results is None:
@@ -393,6 +399,27 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append(_gates(q.get("gates", [])))
     out.append("</body></html>")
     return "\n".join(x for x in out if x)
+
+
+def _topics(t: dict) -> str:
+    """The day's topic producers (docs/topics.md): definitions and matches; nothing on a day
+    without any."""
+    from html import escape
+
+    if not t or not (t.get("clean") or t.get("rows_in") or t.get("carried")):
+        return ""
+    reasons = ", ".join(f"{escape(r)} {n}" for r, n in t.get("quarantine_reasons", {}).items())
+    landed = "landed" if t.get("snapshot") else "kept from the day before"
+    return (
+        "<h2>Topics</h2><table id='topics'>"
+        f"<tr><td class='l'>definitions in force ({landed})</td><td>{t.get('clean', 0)}</td></tr>"
+        f"<tr><td class='l'>quarantined</td><td>{t.get('quarantined', 0)}"
+        f"{' (' + reasons + ')' if reasons else ''}</td></tr>"
+        f"<tr><td class='l'>topic-event matches</td><td>{t.get('matches', 0)}</td></tr>"
+        f"<tr><td class='l'>events matching a topic</td><td>{t.get('matched_events', 0)}</td></tr>"
+        f"<tr><td class='l'>topics with a match</td><td>{t.get('matched_topics', 0)}</td></tr>"
+        "</table>"
+    )
 
 
 def _gates(gates: list[dict]) -> str:

@@ -1,4 +1,4 @@
-"""Stage ``ingest``: landing files of one day -> ``clean/{follows,events,views}`` + quarantine.
+"""Stage ``ingest``: one day's landing files -> ``clean/*`` (topics included) + quarantine.
 
 Reads ``LANDING/<table>/ds=D/*`` (CSV with a header, JSON Lines or Parquet, optionally
 gzip-compressed), types every column against ``schemas/landing/<table>/v1.json`` and sorts
@@ -15,6 +15,10 @@ Grain and keys of the outputs:
 * ``clean/events``: events arriving on D, unique by ``event_id``, also across days: a late
   event already ingested on an earlier day is a duplicate.
 * ``clean/views``: feed views on D (views have no key and are not deduplicated).
+* ``clean/topics``, ``clean/topic_events``: the topic definitions in force on D (a day's
+  ``topics`` folder replaces them) and D's events that match each (:func:`ingest_topics`,
+  docs/topics.md); a topic's matches are counted in ``clean/event_counts`` like an account's
+  events.
 
 Run: ``feedpipe ingest --ds 2026-01-01`` (or through ``spark-submit``/Airflow).
 """
@@ -621,6 +625,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
 
     landing = Storage.at(settings.landing)
     stats: dict[str, Any] = {}
+    per_id: dict[str, DataFrame] = {}
     for table in LANDING_TABLES:
         raw, files = read_landing(spark, landing, table, ds)
         if raw is None:
@@ -676,12 +681,147 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         if table != "follows":  # the clean rows as written
             written = read_partition(spark, wh, clean_c, ds)
             counts["clean"] = written.count()
-            name, id_col = DAILY_COUNTS[table]
-            per_id = written.groupBy(id_col).agg(F.count("*").alias("n"))
-            write_partition(per_id, wh, contract("clean", name), ds)
+            id_col = DAILY_COUNTS[table][1]
+            per_id[table] = written.groupBy(id_col).agg(F.count("*").alias("n"))
+            if table == "views":  # the events' counts wait for the topics' matches
+                write_partition(per_id.pop(table), wh, contract("clean", "view_counts"), ds)
         for df in cached:
             df.unpersist()
         stats[table] = counts
         log.info("ingest %s %s: %s", table, ds, counts)
+    topic_stats = ingest_topics(spark, settings, ds, wh, landing)
+    # a topic's stream is counted like an account's: the rates stage reads one table
+    matched = read_partition(spark, wh, contract("clean", "topic_events"), ds)
+    per_id["events"] = per_id["events"].unionByName(
+        matched.groupBy(F.col("topic_id").alias("producer_id")).agg(F.count("*").alias("n"))
+    )
+    for table, counts_by_id in per_id.items():
+        write_partition(counts_by_id, wh, contract("clean", DAILY_COUNTS[table][0]), ds)
     # the tables run as empty on purpose: the manifest shows them and the volume gates skip them
-    return {"tables": stats, "allowed_empty": list(settings.allow_empty)}
+    return {
+        "tables": stats,
+        "topics": topic_stats,
+        "allowed_empty": list(settings.allow_empty),
+    }
+
+
+class TopicsUnsupported(ContractError):
+    """Topic definitions are in force under a setting that cannot serve them."""
+
+
+def account_ids(spark: SparkSession, wh: Storage, ds: dt.date) -> DataFrame:
+    """``id``: every id known as an account on ``ds``: producers of the day's events and of
+    the previous day's producer feeds (every account that ever posted, topics of that day
+    excepted), consumers of the day's graph and views."""
+    from pyspark.sql import functions as F
+
+    def t(layer: str, name: str, day: dt.date) -> DataFrame:
+        return read_partition(spark, wh, contract(layer, name), day)
+
+    ids = (
+        t("clean", "events", ds)
+        .select(F.col("producer_id").alias("id"))
+        .unionByName(t("clean", "follows", ds).select(F.col("consumer_id").alias("id")))
+        .unionByName(t("clean", "view_counts", ds).select(F.col("consumer_id").alias("id")))
+    )
+    prev = ds - dt.timedelta(days=1)
+    pf_c = contract("feeds", "producer_feed")
+    if has_partition(wh, pf_c, prev):
+        posted = read_partition(spark, wh, pf_c, prev).select(F.col("producer_id").alias("id"))
+        if has_partition(wh, contract("clean", "topics"), prev):
+            topics = t("clean", "topics", prev).select(F.col("topic_id").alias("id"))
+            posted = posted.join(topics, "id", "left_anti")
+        ids = ids.unionByName(posted)
+    return ids.distinct()
+
+
+def ingest_topics(
+    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, landing: Storage
+) -> dict[str, Any]:
+    """The topic definitions in force on ``ds`` (``clean/topics``) and the day's events that
+    match them (``clean/topic_events``), after the day's events and graph are written.
+
+    A day with a ``topics/ds=D`` folder replaces the definitions with its files (an empty
+    folder removes them all); otherwise the previous day's definitions stay in force. Every
+    definition in force is checked again (an id that became an account is quarantined)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from jobs.stages.topics import tag_definitions, topic_events
+
+    prev = ds - dt.timedelta(days=1)
+    tp_c, te_c = contract("clean", "topics"), contract("clean", "topic_events")
+    snapshot = landing.is_dir("topics", ds_dir(ds))
+    carried = 0
+    if snapshot:
+        raw, _ = read_landing(spark, landing, "topics", ds)
+        raw = raw if raw is not None else empty_landing(spark, "topics")
+        rows = raw.select("topic_id", "predicate", "_file", "_corrupt_text").withColumn(
+            "defined_on", F.lit(ds)
+        )
+        rows_in = raw.count()
+    else:
+        rows_in = 0
+        if has_partition(wh, tp_c, prev):
+            rows = read_partition(spark, wh, tp_c, prev).select(
+                "topic_id",
+                "predicate",
+                F.lit(f"clean/topics ds={prev}").alias("_file"),
+                F.lit(None).cast("string").alias("_corrupt_text"),
+                "defined_on",
+            )
+        else:
+            rows = spark.createDataFrame(
+                [],
+                "topic_id string, predicate string, _file string, "
+                "_corrupt_text string, defined_on date",
+            )
+    landed_or_kept = rows_in if snapshot else partition_rows(wh, tp_c, prev)
+    if landed_or_kept == 0:
+        accounts = spark.createDataFrame([], "id string")  # no definitions: nothing to check
+    else:
+        accounts = account_ids(spark, wh, ds)
+    tagged = tag_definitions(rows, accounts).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        write_partition(
+            quarantine_rows(tagged, "topics"),
+            wh,
+            contract("quarantine", "rows"),
+            ds,
+            table="topics",
+        )
+        counts = accounting(spark, wh, "topics", ds, rows_in)
+        in_force = tagged.where(F.col("reason").isNull())
+        write_partition(in_force, wh, tp_c, ds)
+        defined = partition_rows(wh, tp_c, ds)
+        if not snapshot:
+            carried = counts["duplicates"] + counts["quarantined"] + defined
+        if defined and settings.coherency != "global":
+            raise TopicsUnsupported(
+                f"{ds}: {defined} topic definition(s) are in force, but topic producers need"
+                f" coherency = global (it is {settings.coherency!r})"
+            )
+        if defined:
+            events = read_partition(spark, wh, contract("clean", "events"), ds)
+            write_partition(topic_events(events, in_force), wh, te_c, ds)
+        else:  # no topics in force: the day's events need not be scanned
+            write_partition(spark.createDataFrame([], te_c.schema()), wh, te_c, ds)
+    finally:
+        tagged.unpersist()
+    matches = read_partition(spark, wh, te_c, ds)
+    m = matches.agg(
+        F.count("*").alias("n"),
+        F.countDistinct("event_id").alias("events"),
+        F.countDistinct("topic_id").alias("topics"),
+    ).first()
+    assert m is not None
+    counts.update(
+        clean=defined,
+        snapshot=snapshot,
+        carried=carried,
+        matches=int(m["n"]),
+        matched_events=int(m["events"]),
+        matched_topics=int(m["topics"]),
+    )
+    log.info("ingest topics %s: %s", ds, counts)
+    return counts

@@ -76,26 +76,72 @@ def latest_k(df: DataFrame, key: str, k: int, unique: bool = False) -> DataFrame
     )
 
 
-def producer_feed_full(events: DataFrame, k: int) -> DataFrame:
-    """Latest k per producer from all clean events (with ``ds``: the first arrival of a
-    re-sent event id wins, as in the incremental path)."""
+def streams(events: DataFrame, topic_events: DataFrame) -> DataFrame:
+    """Every producer's stream: ``producer_id`` (an account, or a topic), ``author_id``,
+    ``event_id``, ``created_at`` (and ``ds`` when both inputs have it): an account's own
+    events, and a topic's matching events (``clean/topic_events``) with their author kept."""
     from pyspark.sql import functions as F
 
-    rows = events.select(
-        "producer_id", "event_id", "created_at", F.unix_date(F.col("ds")).alias("priority")
+    extra = ["ds"] if "ds" in events.columns and "ds" in topic_events.columns else []
+    own = events.select(
+        "producer_id", F.col("producer_id").alias("author_id"), "event_id", "created_at", *extra
+    )
+    matched = topic_events.select(
+        F.col("topic_id").alias("producer_id"),
+        F.col("producer_id").alias("author_id"),
+        "event_id",
+        "created_at",
+        *extra,
+    )
+    return own.unionByName(matched)
+
+
+def producer_feed_full(stream_rows: DataFrame, k: int) -> DataFrame:
+    """Latest k per producer from all streams' rows (:func:`streams`, with ``ds``: the
+    first arrival of a re-sent event id wins, as in the incremental path)."""
+    from pyspark.sql import functions as F
+
+    rows = stream_rows.select(
+        "producer_id",
+        "author_id",
+        "event_id",
+        "created_at",
+        F.unix_date(F.col("ds")).alias("priority"),
     )
     return latest_k(rows, "producer_id", k)
 
 
-def producer_feed_incremental(previous: DataFrame, events: DataFrame, k: int) -> DataFrame:
+def producer_feed_incremental(previous: DataFrame, stream_rows: DataFrame, k: int) -> DataFrame:
     from pyspark.sql import functions as F
 
-    rows = previous.select(
-        "producer_id", "event_id", "created_at", F.lit(0).alias("priority")
-    ).unionByName(
-        events.select("producer_id", "event_id", "created_at", F.lit(1).alias("priority"))
+    cols = ("producer_id", "author_id", "event_id", "created_at")
+    rows = previous.select(*cols, F.lit(0).alias("priority")).unionByName(
+        stream_rows.select(*cols, F.lit(1).alias("priority"))
     )
     return latest_k(rows, "producer_id", k)
+
+
+def authored(producer_feed: DataFrame) -> DataFrame:
+    """A producer feed's rows as feed items: ``stream_id`` (the producer or topic),
+    ``producer_id`` (the event's author), ``event_id``, ``created_at``."""
+    from pyspark.sql import functions as F
+
+    return producer_feed.select(
+        F.col("producer_id").alias("stream_id"),
+        F.col("author_id").alias("producer_id"),
+        "event_id",
+        "created_at",
+    )
+
+
+def one_per_consumer_event(rows: DataFrame, key: str, k: int, shared: bool) -> DataFrame:
+    """Latest k per ``key``; ``shared``: an event may come through two of its streams (its
+    author and a topic), so it is kept once, through the smallest stream id."""
+    from pyspark.sql import functions as F
+
+    if not shared:
+        return latest_k(rows, key, k, unique=True)
+    return latest_k(rows.withColumn("priority", F.col("stream_id")), key, k)
 
 
 def push_edges(edge_plan: DataFrame) -> DataFrame:
@@ -104,12 +150,19 @@ def push_edges(edge_plan: DataFrame) -> DataFrame:
     return edge_plan.where(F.col("mode") == "push").select("consumer_id", "producer_id")
 
 
-def consumer_feed_full(producer_feed: DataFrame, pushed: DataFrame, k: int) -> DataFrame:
-    """Latest k over each consumer's pushed producers. One row per (consumer, event): a
-    pushed edge is one plan row, a producer feed has an event once, and an event id has one
-    producer (clean events are unique by event_id across days)."""
-    rows = pushed.join(producer_feed.select("producer_id", "event_id", "created_at"), "producer_id")
-    return latest_k(rows, "consumer_id", k, unique=True)
+def consumer_feed_full(
+    producer_feed: DataFrame, pushed: DataFrame, k: int, shared: bool = False
+) -> DataFrame:
+    """Latest k over each consumer's pushed producers. Without topics (``shared`` false) one
+    row per (consumer, event): a pushed edge is one plan row, a producer feed has an event
+    once, and an event id has one producer (clean events are unique by event_id across
+    days); with topics an event can arrive through its author and topics, and is kept once."""
+    from pyspark.sql import functions as F
+
+    rows = pushed.select("consumer_id", F.col("producer_id").alias("stream_id")).join(
+        authored(producer_feed), "stream_id"
+    )
+    return one_per_consumer_event(rows, "consumer_id", k, shared)
 
 
 def consumer_feed_diverse(
@@ -129,7 +182,7 @@ def consumer_feed_diverse(
             "producer_id", "event_id", "created_at", F.col("rank").alias("_prank")
         ),
         "producer_id",
-    )
+    ).withColumn("stream_id", F.col("producer_id"))  # no topics under this coherency
     first = (F.col("_prank") == 1) & (F.col("created_at") >= F.lit(recent_since))
     by_pick = Window.partitionBy("consumer_id").orderBy(
         first.desc(), F.col("created_at").desc(), F.col("event_id").desc()
@@ -141,14 +194,21 @@ def consumer_feed_diverse(
     return picked.withColumn("rank", F.row_number().over(by_time)).drop("_pick", "_prank")
 
 
-def view_feed(producer_feed: DataFrame, members: DataFrame, k: int) -> DataFrame:
+def view_feed(
+    producer_feed: DataFrame, members: DataFrame, k: int, shared: bool = False
+) -> DataFrame:
     """Latest k events of every shared view (Chen & Zhou's materialized views): the newest k
-    of its producers' latest k. Recomputed from the day's producer feeds, so it costs the
-    views' members times k rows, whatever the history."""
-    rows = members.select("view_id", "producer_id").join(
-        producer_feed.select("producer_id", "event_id", "created_at"), "producer_id"
+    of its producers' latest k, each event once (``shared``: with topics, an event can
+    reach a view through its author and a topic), its author as ``producer_id``. Recomputed
+    from the day's producer feeds, so it costs the views' members times k rows, whatever
+    the history."""
+    from pyspark.sql import functions as F
+
+    rows = members.select("view_id", F.col("producer_id").alias("stream_id")).join(
+        authored(producer_feed), "stream_id"
     )
-    return latest_k(rows, "view_id", k, unique=True)  # a member is one (view, producer) row
+    # without topics a member is one (view, producer) row and an event has one producer
+    return one_per_consumer_event(rows, "view_id", k, shared).drop("stream_id")
 
 
 STORE_COLUMNS = ("event_id", "producer_id", "created_at", "payload", "attributes")
@@ -162,9 +222,8 @@ def event_store_full(producer_feed: DataFrame, events: DataFrame) -> DataFrame:
     that arrived on two days keeps its first arrival, as the producer feed does."""
     from pyspark.sql import functions as F
 
-    keys = ["event_id", "producer_id", "created_at"]
     rows = events.select(*STORE_COLUMNS, F.unix_date(F.col("ds")).alias("priority"))
-    return _one_per_event(rows.join(producer_feed.select(*keys), keys, "left_semi"))
+    return _one_per_event(rows.join(_store_keys(producer_feed), STORE_KEYS, "left_semi"))
 
 
 def event_store_incremental(
@@ -175,11 +234,22 @@ def event_store_incremental(
     D's producer feeds, hold them all; the earlier copy wins, as in :func:`event_store_full`."""
     from pyspark.sql import functions as F
 
-    keys = ["event_id", "producer_id", "created_at"]
     rows = previous.select(*STORE_COLUMNS, F.lit(0).alias("priority")).unionByName(
         events.select(*STORE_COLUMNS, F.lit(1).alias("priority"))
     )
-    return _one_per_event(rows.join(producer_feed.select(*keys), keys, "left_semi"))
+    return _one_per_event(rows.join(_store_keys(producer_feed), STORE_KEYS, "left_semi"))
+
+
+STORE_KEYS = ["event_id", "producer_id", "created_at"]
+
+
+def _store_keys(producer_feed: DataFrame) -> DataFrame:
+    """The producer feeds' events by author (a topic's rows name the event's author)."""
+    from pyspark.sql import functions as F
+
+    return producer_feed.select(
+        "event_id", F.col("author_id").alias("producer_id"), "created_at"
+    ).distinct()
 
 
 def _one_per_event(rows: DataFrame) -> DataFrame:
@@ -218,6 +288,7 @@ def consumer_feed_incremental(
     fresh: DataFrame,
     producer_feed: DataFrame,
     k: int,
+    shared: bool = False,
 ) -> DataFrame:
     """D's consumer feeds from D-1's: unchanged consumers merge their feed with the fresh
     producer-feed entries of their pushed producers; changed ones are refilled.
@@ -226,24 +297,34 @@ def consumer_feed_incremental(
     refill and fan-out are disjoint by consumer, each unique as in :func:`consumer_feed_full`;
     and an unchanged consumer's D-1 feed holds only events of D-1's producer feeds (an event
     outside its producer's latest k has k newer events of the same pushed producer ahead of
-    it), which are by definition not fresh."""
+    it), which are by definition not fresh. With topics (``shared``) an event reaching a
+    consumer through two streams arrives in the fan-out or the refill twice, and is kept
+    once (an event's streams all take it on the day it is ingested, so it is fresh in all of
+    them or in none)."""
+    from pyspark.sql import functions as F
 
+    cols = ("consumer_id", "stream_id", "producer_id", "event_id", "created_at")
     changed = changed_consumers(pushed, pushed_before)
-    stable_prev = previous.join(changed, "consumer_id", "left_anti").select(
-        "consumer_id", "producer_id", "event_id", "created_at"
-    )
+    edges = pushed.select("consumer_id", F.col("producer_id").alias("stream_id"))
+    stable_prev = previous.join(changed, "consumer_id", "left_anti").select(*cols)
     fan_out = (
-        pushed.join(changed, "consumer_id", "left_anti")
-        .join(fresh.select("producer_id", "event_id", "created_at"), "producer_id")
-        .select("consumer_id", "producer_id", "event_id", "created_at")
+        edges.join(changed, "consumer_id", "left_anti")
+        .join(authored(fresh), "stream_id")
+        .select(*cols)
     )
     refill = (
-        pushed.join(changed, "consumer_id", "left_semi")
-        .join(producer_feed.select("producer_id", "event_id", "created_at"), "producer_id")
-        .select("consumer_id", "producer_id", "event_id", "created_at")
+        edges.join(changed, "consumer_id", "left_semi")
+        .join(authored(producer_feed), "stream_id")
+        .select(*cols)
     )
     parts = stable_prev.unionByName(fan_out).unionByName(refill)
-    return latest_k(parts, "consumer_id", k, unique=True)
+    return one_per_consumer_event(parts, "consumer_id", k, shared)
+
+
+FEEDS_LAYOUT = 2
+"""The feed tables' layout in the materialize record: 2 since producer feeds carry
+``author_id`` and consumer feeds ``stream_id`` (topic producers); the day after an older
+layout is rebuilt in full."""
 
 
 def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, str]:
@@ -260,6 +341,8 @@ def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, s
     state = ledger.read_record(wh, prev, "materialize")
     if state is None:
         return False, f"no materialize record for {prev}"
+    if state.get("feeds_layout") != FEEDS_LAYOUT:
+        return False, f"the feeds of {prev} predate topic streams (no author_id, stream_id)"
     if state.get("feed_k") != settings.feed_k or state.get("coherency") != settings.coherency:
         return (
             False,
@@ -275,6 +358,8 @@ def run(
     wh: Storage,
     full_refresh: bool = False,
 ) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     k = settings.feed_k
     ev_c = contract("clean", "events")
     pf_c, cf_c = contract("feeds", "producer_feed"), contract("feeds", "consumer_feed")
@@ -287,16 +372,26 @@ def run(
     edge_plan = read_partition(spark, wh, contract("plan", "edge_plan"), ds)
     pushed = push_edges(edge_plan)
     events = read_partition(spark, wh, ev_c, ds)
-    es_c = contract("feeds", "event_store")
+    es_c, te_c = contract("feeds", "event_store"), contract("clean", "topic_events")
     if incremental:
         pf_prev = read_partition(spark, wh, pf_c, prev)
-        producer_feed = producer_feed_incremental(pf_prev, events, k)
+        matched = read_partition(spark, wh, te_c, ds)
+        producer_feed = producer_feed_incremental(pf_prev, streams(events, matched), k)
     else:
         history = [d for d in partition_days(wh, ev_c) if d <= ds]
         all_events = read_partitions(spark, wh, ev_c, history)
-        producer_feed = producer_feed_full(all_events, k)
+        matched_days = [d for d in partition_days(wh, te_c) if d <= ds]
+        all_matched = (
+            read_partitions(spark, wh, te_c, matched_days)
+            if matched_days
+            else spark.createDataFrame([], te_c.schema()).withColumn("ds", F.lit(ds))
+        )
+        producer_feed = producer_feed_full(streams(all_events, all_matched), k)
     write_partition(producer_feed, wh, pf_c, ds)
     producer_feed = read_partition(spark, wh, pf_c, ds)  # read back: do not recompute the merge
+    # topic streams hold events of other producers: a consumer or a view can meet an event
+    # twice, through its author and a topic (one query over producers x k rows)
+    shared = not producer_feed.where(F.col("author_id") != F.col("producer_id")).isEmpty()
     if incremental:
         store_prev = read_partition(spark, wh, es_c, prev)
         store = event_store_incremental(store_prev, events, producer_feed)
@@ -322,13 +417,14 @@ def run(
             fresh_entries(producer_feed, read_partition(spark, wh, pf_c, prev)),
             producer_feed,
             k,
+            shared,
         )
     else:
-        consumer_feed = consumer_feed_full(producer_feed, pushed, k)
+        consumer_feed = consumer_feed_full(producer_feed, pushed, k, shared)
     write_partition(consumer_feed, wh, cf_c, ds)
     vf_c = contract("feeds", "view_feed")
     members = read_partition(spark, wh, contract("plan", "view_members"), ds)
-    write_partition(view_feed(producer_feed, members, k), wh, vf_c, ds)
+    write_partition(view_feed(producer_feed, members, k, shared), wh, vf_c, ds)
 
     stats = {
         "mode": "incremental" if incremental else "full",
@@ -337,5 +433,7 @@ def run(
         "coherency": settings.coherency,
         "feed_k_per_producer": settings.feed_k_per_producer,
         "diversity_hours": settings.diversity_hours,
+        "topic_streams": shared,
+        "feeds_layout": FEEDS_LAYOUT,
     }
     return stats

@@ -69,7 +69,7 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
             "path": "/".join(parts),
         }
     quarantine = {}
-    for t in LANDING_TABLES:
+    for t in (*LANDING_TABLES, "topics"):
         parts = day.parts(contract("quarantine", "rows").ref(t))
         if parts is not None:
             quarantine[t] = wh.dataset(*parts).count_rows()
@@ -81,6 +81,7 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
         "ds": ds.isoformat(),
         "settings": settings.as_dict(),
         "input": records.get("ingest", {}).get("tables", {}),
+        "topics": records.get("ingest", {}).get("topics", {}),
         "allowed_empty": records.get("ingest", {}).get("allowed_empty", []),
         "quarantine_rows": quarantine,
         "tables": tables,

@@ -29,17 +29,16 @@ if TYPE_CHECKING:
 
 VALUE = "struct<text:string,number:double>"
 TERM = f"struct<attribute:string,op:string,values:array<{VALUE}>>"
-PARSED = f"topic_id string, terms array<{TERM}>, error string"
 NUMBER_RE = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
 
 
 def parse_topics(topics: DataFrame) -> DataFrame:
-    """``topic_id, terms, error``: ``terms`` null and ``error`` the reason when the
-    predicate is malformed (or missing)."""
+    """``topics`` (with ``topic_id`` and ``predicate``, and any other columns, kept) plus
+    ``terms`` and ``error``: ``terms`` null and ``error`` the reason when the predicate is
+    malformed (or missing)."""
+    from pyspark.sql.types import StructType
 
     def parse(batches):  # type: ignore[no-untyped-def]
-        import pandas as pd
-
         from jobs.common.predicates import Malformed, parse
 
         for b in batches:
@@ -64,9 +63,12 @@ def parse_topics(topics: DataFrame) -> DataFrame:
                 except Malformed as exc:
                     terms.append(None)
                     errors.append(str(exc))
-            yield pd.DataFrame({"topic_id": b["topic_id"], "terms": terms, "error": errors})
+            yield b.assign(terms=terms, error=errors)
 
-    return topics.select("topic_id", "predicate").mapInPandas(parse, PARSED)
+    extra = StructType.fromDDL(f"terms array<{TERM}>, error string")
+    assert isinstance(extra, StructType)
+    schema = StructType(topics.schema.fields + extra.fields)
+    return topics.mapInPandas(parse, schema)
 
 
 def _key(kind: str, value: Column) -> Column:
@@ -116,6 +118,22 @@ def match(events: DataFrame, topics: DataFrame) -> DataFrame:
     """``topic_id, event_id``, each pair once, for ``events`` (``event_id``, ``attributes``
     map<string,string>) and parsed ``topics`` (``topic_id``, ``terms``; rows with null
     ``terms`` are ignored)."""
+    from pyspark.sql import functions as F
+
+    good = topics.where(F.col("terms").isNotNull()).select("topic_id", "terms")
+    ev = events.select("event_id", "attributes")
+    return (
+        candidates(events, topics)
+        .join(good, "topic_id")
+        .join(ev, "event_id")
+        .where(F.forall("terms", lambda t: _holds(F.col("attributes"), t)))
+        .select("topic_id", "event_id")
+    )
+
+
+def candidates(events: DataFrame, topics: DataFrame) -> DataFrame:
+    """``topic_id, event_id``, each pair once: the events each topic's access predicate
+    finds (a superset of its matches; :func:`match` checks every term on them)."""
     from pyspark.sql import functions as F
 
     good = topics.where(F.col("terms").isNotNull()).select("topic_id", "terms")
@@ -177,10 +195,86 @@ def match(events: DataFrame, topics: DataFrame) -> DataFrame:
     )
     by_all = ordering.where(F.size("o") == 0).select("topic_id").crossJoin(ev.select("event_id"))
 
-    candidates = by_equality.unionByName(by_attribute).unionByName(by_all).distinct()
+    return by_equality.unionByName(by_attribute).unionByName(by_all).distinct()
+
+
+TOPIC_REASONS = (
+    "unparseable_row",
+    "null_key",
+    "malformed_predicate",
+    "topic_id_is_account",
+    "conflicting_definition",
+)
+"""Why a topic definition is quarantined, in the order the rules are checked (repeats of an
+identical definition are ``duplicate``)."""
+
+
+def tag_definitions(rows: DataFrame, accounts: DataFrame) -> DataFrame:
+    """Topic definitions (``topic_id``, ``predicate``, ``_corrupt_text``, ...) with ``terms``
+    parsed and ``reason``/``detail`` (null when the definition is in force).
+
+    ``accounts``: one column ``id``, every id known as an account (an event's producer or a
+    consumer): a topic with such an id would share its stream with the account, so it is
+    quarantined. An id defined twice with different predicates is ambiguous: all its rows
+    are quarantined; an identical repeat is a ``duplicate``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    parsed = parse_topics(rows)
+    flagged = parsed.join(
+        accounts.select(F.col("id").alias("topic_id"), F.lit(True).alias("_account")).distinct(),
+        "topic_id",
+        "left",
+    )
+    blank = F.col("topic_id").isNull() | (F.trim(F.col("topic_id")) == "")
+    first = (
+        F.when(F.col("_corrupt_text").isNotNull(), F.lit("unparseable_row"))
+        .when(blank, F.lit("null_key"))
+        .when(F.col("error").isNotNull(), F.lit("malformed_predicate"))
+        .when(F.col("_account").isNotNull(), F.lit("topic_id_is_account"))
+    )
+    detail = F.when(F.col("error").isNotNull() & ~blank, F.col("error"))
+    df = flagged.withColumn("reason", first).withColumn("detail", detail)
+    ok = F.col("reason").isNull()
+    by_id = Window.partitionBy("topic_id")
+    spellings = F.size(F.collect_set(F.when(ok, F.col("predicate"))).over(by_id))
+    order = Window.partitionBy("topic_id", "predicate").orderBy("_file")
     return (
-        candidates.join(good, "topic_id")
-        .join(ev, "event_id")
+        df.withColumn(
+            "reason",
+            F.when(ok & (spellings > 1), F.lit("conflicting_definition"))
+            .when(ok & (F.row_number().over(order) > 1), F.lit("duplicate"))
+            .otherwise(F.col("reason")),
+        )
+        .withColumn(
+            "detail",
+            F.when(
+                F.col("reason") == "conflicting_definition",
+                F.concat(F.lit("defined "), spellings.cast("string"), F.lit(" ways")),
+            ).otherwise(F.col("detail")),
+        )
+        .drop("_account", "error")
+    )
+
+
+def brute_force(events: DataFrame, topics: DataFrame) -> DataFrame:
+    """:func:`match` without access predicates: every topic checked on every event (a cross
+    join; the reference of ``bench/topics.py``)."""
+    from pyspark.sql import functions as F
+
+    good = topics.where(F.col("terms").isNotNull()).select("topic_id", "terms")
+    return (
+        good.crossJoin(events.select("event_id", "attributes"))
         .where(F.forall("terms", lambda t: _holds(F.col("attributes"), t)))
         .select("topic_id", "event_id")
+    )
+
+
+def topic_events(events: DataFrame, topics: DataFrame) -> DataFrame:
+    """``topic_id, event_id, producer_id, created_at``: the ``events`` (clean, with
+    ``attributes``) that match each of the parsed ``topics`` in force, the author kept as
+    ``producer_id``."""
+    pairs = match(events, topics)
+    return pairs.join(events.select("event_id", "producer_id", "created_at"), "event_id").select(
+        "topic_id", "event_id", "producer_id", "created_at"
     )

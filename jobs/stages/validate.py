@@ -88,10 +88,11 @@ def feed_order_check(feed: DataFrame, key: str) -> DataFrame:
     )
 
 
-def in_store_check(feed: DataFrame, store: DataFrame) -> DataFrame:
+def in_store_check(feed: DataFrame, store: DataFrame, author: str = "producer_id") -> DataFrame:
     """Adds ``in_event_store`` to each feed row: the day's ``feeds/event_store`` has its
-    event, with the same producer and time, so every id a reader returns resolves to its
-    content."""
+    event, with the same producer (the row's ``author`` column: a producer feed's
+    ``author_id``, which a topic's rows differ in) and time, so every id a reader returns
+    resolves to its content."""
     from pyspark.sql import functions as F
 
     found = store.select(
@@ -99,9 +100,7 @@ def in_store_check(feed: DataFrame, store: DataFrame) -> DataFrame:
         F.col("producer_id").alias("_store_producer"),
         F.col("created_at").alias("_store_at"),
     ).dropDuplicates(["event_id", "_store_producer", "_store_at"])
-    same = (F.col("_store_producer") == F.col("producer_id")) & (
-        F.col("_store_at") == F.col("created_at")
-    )
+    same = (F.col("_store_producer") == F.col(author)) & (F.col("_store_at") == F.col("created_at"))
     return (
         feed.join(found, "event_id", "left")
         .withColumn("in_event_store", F.coalesce(same, F.lit(False)))
@@ -179,10 +178,10 @@ def pushed_edge_check(consumer_feed: DataFrame, edge_plan: DataFrame) -> DataFra
 
     pushed = (
         edge_plan.where(F.col("mode") == "push")
-        .select("consumer_id", "producer_id")
+        .select("consumer_id", F.col("producer_id").alias("stream_id"))
         .withColumn("pushed_edge", F.lit(True))
-    )
-    return consumer_feed.join(pushed, ["consumer_id", "producer_id"], "left").withColumn(
+    )  # the stream an event came through: its author, or a topic
+    return consumer_feed.join(pushed, ["consumer_id", "stream_id"], "left").withColumn(
         "pushed_edge", F.coalesce("pushed_edge", F.lit(False))
     )
 
@@ -367,7 +366,7 @@ def check_frames(
         "plan.edge_plan": edge_coverage_check(follows, edge_plan),
         "plan.plan_cost": cost_gate_check(t("plan", "plan_cost"), settings.strategy == "auto"),
         "feeds.producer_feed": in_store_check(
-            feed_order_check(t("feeds", "producer_feed"), "producer_id"), store
+            feed_order_check(t("feeds", "producer_feed"), "producer_id"), store, "author_id"
         ),
         "feeds.consumer_feed": in_store_check(
             pushed_edge_check(

@@ -82,6 +82,11 @@ class Profile:
     flash_factor: float = 10.0
     fill_degrees: bool = False
     """Redraw repeated draws so consumers reach their degree (for very skewed popularity)."""
+    topics: int = 0
+    """Topic producers (``feedpipe generate --topics N``): with topics, events carry
+    attributes and day 1 lands the topic definitions and their followers (:func:`topic_table`)."""
+    topic_follows: float = 1.0
+    """Topics followed per consumer on average (Zipf 0.8 topic popularity)."""
 
 
 PROFILES = {
@@ -265,17 +270,21 @@ def _dict_ids(idx: np.ndarray, dictionary: pa.Array) -> pa.Array:
 class LandingWriter:
     """Writes one table-day of the landing layout in a chosen file format."""
 
-    def __init__(self, storage: Storage, table: str, day: dt.date, fmt: str, gzip_text: bool):
+    def __init__(
+        self, storage: Storage, table: str, day: dt.date, fmt: str, gzip_text: bool, part: int = 0
+    ):
+        """``part`` 0 replaces the table-day's folder; a later part adds a file beside it."""
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
         self.storage, self.fmt, self.gzip = storage, fmt, gzip_text and fmt != "parquet"
         folder = (table, ds_dir(day))
-        storage.delete(*folder)
+        if part == 0:
+            storage.delete(*folder)
         storage.fs.create_dir(storage.path(*folder), recursive=True)
         ext = {"csv": "csv", "jsonl": "jsonl", "parquet": "parquet"}[fmt] + (
             ".gz" if self.gzip else ""
         )
-        self.path = storage.path(*folder, f"part-00000.{ext}")
+        self.path = storage.path(*folder, f"part-{part:05d}.{ext}")
         self.rows = 0
         self._pq: pq.ParquetWriter | None = None
         self._text: io.BufferedIOBase | None = None
@@ -373,6 +382,7 @@ def generate(
         fill=profile.fill_degrees,
     )
     log.info("graph: %d consumers, %d producers, %d edges", C, P, edges.size)
+    vocab = Vocabulary.of(profile)
     if pop.flash.size:
         log.info("flash producers on day %d: %s", profile.flash_day, list(user_ids(pop.flash)))
     stats = []
@@ -382,6 +392,8 @@ def generate(
             rows = _write_snapshot(
                 storage, day, edges, consumer_ids, producer_ids, P, fmt["follows"], gzip_text, seed
             )
+            if profile.topics:
+                rows += _write_topics(storage, day, profile, vocab, consumer_ids, seed, fmt)
         else:
             edges, rows = _write_changes(
                 storage,
@@ -396,7 +408,7 @@ def generate(
                 seed,
             )
         n_events = _write_events(
-            storage, day, i, pop, producer_ids, fmt["events"], gzip_text, seed, block
+            storage, day, i, pop, producer_ids, fmt["events"], gzip_text, seed, block, vocab
         )
         n_views = _write_views(
             storage, day, i, pop, consumer_ids, fmt["views"], gzip_text, seed, block
@@ -468,8 +480,9 @@ def _blocks(n: int, block: int) -> Iterator[np.ndarray]:
         yield np.arange(lo, min(n, lo + block))
 
 
-def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block) -> int:
+def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block, vocab=None) -> int:
     rng = day_rng(seed, i, 1)
+    attr_rng = day_rng(seed, i, 3)  # its own stream: the other columns do not change
     w = LandingWriter(storage, "events", day, fmt, gz)
     seq = 0
     tag = day.strftime("%Y%m%d")
@@ -485,16 +498,15 @@ def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block) -> int:
         seq += n
         event_ids = np.char.add(f"ev-{tag}-", nums.astype(str))
         payload = np.char.add("post ", nums.astype(str))
-        w.write(
-            pa.table(
-                {
-                    "event_id": pa.array(event_ids),
-                    "producer_id": _dict_ids(prod, pids),
-                    "created_at": _ts_array(ts),
-                    "payload": pa.array(payload),
-                }
-            )
-        )
+        columns = {
+            "event_id": pa.array(event_ids),
+            "producer_id": _dict_ids(prod, pids),
+            "created_at": _ts_array(ts),
+            "payload": pa.array(payload),
+        }
+        if vocab is not None:
+            columns["attributes"] = vocab.attributes(n, attr_rng, as_map=fmt == "parquet")
+        w.write(pa.table(columns))
     if w.rows == 0:
         w.write(_empty_events())
     w.close()
@@ -540,3 +552,122 @@ def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
         )
     w.close()
     return w.rows
+
+
+# -- topic producers ---------------------------------------------------------------------------
+
+CATEGORIES = tuple(f"c{i:02d}" for i in range(24))
+REGIONS = ("eu", "na", "as", "sa", "af", "oc")
+LANGUAGES = ("en", "es", "de", "fr", "pt", "ja", "ko", "it", "nl", "pl")
+
+
+def _zipf_p(n: int, s: float) -> np.ndarray:
+    w = np.arange(1, n + 1, dtype=np.float64) ** -s
+    return w / w.sum()
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The events' attributes when a profile has topics: ``category`` (24 values, Zipf 1.0),
+    ``region`` (6, Zipf 0.8), ``language`` (10, Zipf 1.1; missing on 10% of events),
+    ``score`` (a number 0-99 with one decimal; ``n/a`` on 1%: a numeric term fails on it) and
+    ``tag`` (``tags`` values, Zipf 0.6): the topics' access attribute. The number of tags grows
+    with the number of topics (``topics / 25``, at least 50) so that an event meets about 25
+    topics whatever their number."""
+
+    tags: int
+
+    @classmethod
+    def of(cls, profile: Profile) -> Vocabulary | None:
+        return cls(max(50, profile.topics // 25)) if profile.topics else None
+
+    def tag_names(self, idx: np.ndarray) -> np.ndarray:
+        return np.char.add("t", np.char.zfill(idx.astype(str), 6))
+
+    def attributes(self, n: int, rng: np.random.Generator, as_map: bool) -> pa.Array:
+        cat = rng.choice(len(CATEGORIES), size=n, p=_zipf_p(len(CATEGORIES), 1.0))
+        reg = rng.choice(len(REGIONS), size=n, p=_zipf_p(len(REGIONS), 0.8))
+        lang = rng.choice(len(LANGUAGES), size=n, p=_zipf_p(len(LANGUAGES), 1.1))
+        tag = rng.choice(self.tags, size=n, p=_zipf_p(self.tags, 0.6))
+        score = np.round(rng.random(n) * 100, 1).clip(0, 99.9)
+        no_lang = rng.random(n) < 0.10
+        bad_score = rng.random(n) < 0.01
+        tags = self.tag_names(tag)
+        rows = []
+        for j in range(n):
+            a = {
+                "category": CATEGORIES[cat[j]],
+                "region": REGIONS[reg[j]],
+                "tag": str(tags[j]),
+                "score": "n/a" if bad_score[j] else f"{score[j]:.1f}",
+            }
+            if not no_lang[j]:
+                a["language"] = LANGUAGES[lang[j]]
+            rows.append(a)
+        if as_map:
+            return pa.array([list(r.items()) for r in rows], pa.map_(pa.string(), pa.string()))
+        import json
+
+        return pa.array([json.dumps(r, separators=(",", ":")) for r in rows])
+
+
+def topic_ids(idx: np.ndarray) -> np.ndarray:
+    """Topic ids (``topic000042``), apart from the user ids."""
+    return np.char.add("topic", np.char.zfill(idx.astype(str), 6))
+
+
+def topic_table(profile: Profile, vocab: Vocabulary, seed: int) -> pa.Table:
+    """``topic_id, predicate`` of the profile's topics, of five kinds: one tag (40%), a tag and
+    a region (20%), a list of three tags (15%), a tag and a score range (15%), a tag and a
+    language other than one (10%); and one topic per category (``category = c03``), the
+    sections of a news site, when there are at least 24 topics."""
+    rng = np.random.default_rng([seed, 0, 4])
+    n = profile.topics
+    kind = rng.choice(5, size=n, p=[0.40, 0.20, 0.15, 0.15, 0.10])
+    tags = vocab.tag_names(rng.choice(vocab.tags, size=(n, 3), p=_zipf_p(vocab.tags, 0.6)))
+    region = rng.choice(len(REGIONS), size=n)
+    language = rng.choice(len(LANGUAGES), size=n)
+    low = rng.integers(0, 90, size=n)
+    preds = []
+    for j in range(n):
+        t = tags[j]
+        if j < len(CATEGORIES) and n >= len(CATEGORIES):
+            preds.append(f"category = {CATEGORIES[j]}")
+        elif kind[j] == 0:
+            preds.append(f"tag = {t[0]}")
+        elif kind[j] == 1:
+            preds.append(f"tag = '{t[0]}' AND region = {REGIONS[region[j]]}")
+        elif kind[j] == 2:
+            preds.append(f"tag IN ({t[0]}, {t[1]}, {t[2]})")
+        elif kind[j] == 3:
+            preds.append(f"tag = {t[0]} and score >= {low[j]} AND score < {low[j] + 10}.5")
+        else:
+            preds.append(f"tag = {t[0]} AND language != {LANGUAGES[language[j]]}")
+    return pa.table({"topic_id": pa.array(topic_ids(np.arange(n))), "predicate": pa.array(preds)})
+
+
+def _write_topics(storage, day, profile, vocab, cids, seed, fmt) -> int:
+    """Day 1's topic definitions, and their followers added to the follows snapshot (as a
+    second file of it): ``topic_follows`` per consumer on average, by Zipf(0.8) popularity."""
+    w = LandingWriter(storage, "topics", day, "csv", False)
+    w.write(topic_table(profile, vocab, seed))
+    w.close()
+    rng = np.random.default_rng([seed, 0, 5])
+    C, T = profile.consumers, profile.topics
+    n = round(C * profile.topic_follows)
+    keys = np.unique(
+        rng.integers(0, C, size=n).astype(np.int64) * T + rng.choice(T, size=n, p=_zipf_p(T, 0.8))
+    )
+    follows = LandingWriter(storage, "follows", day, fmt["follows"], False, part=1)
+    ts = uniform_times(day - dt.timedelta(days=1), keys.size, rng)
+    follows.write(
+        pa.table(
+            {
+                "consumer_id": _dict_ids(keys // T, cids),
+                "producer_id": pa.array(topic_ids(keys % T)),
+                "ts": _ts_array(ts),
+            }
+        )
+    )
+    follows.close()
+    return follows.rows

@@ -1,12 +1,16 @@
 """The naive answer, computed from the landing files alone with pandas.
 
-Independent of the pipeline: it re-reads the raw files, replays the follow graph and takes,
-for every consumer, the latest k of all events of the producers it follows at the end of ds.
+Independent of the pipeline: it re-reads the raw files, replays the follow graph and the
+topic definitions, evaluates every topic's predicate on every event of the days it is in
+force (``jobs.common.predicates.holds``, the reference checked on hand-worked cases), and
+takes, for every consumer, the latest k of all events of the producers and topics it follows
+at the end of ds, each event once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -53,9 +57,23 @@ def graph(landing: Path, ds: dt.date, start: dt.date) -> set[tuple[str, str]]:
     return {(c, p) for c, p in edges if c != p}
 
 
-def events(landing: Path, ds: dt.date, start: dt.date, payload: bool = False) -> pd.DataFrame:
+def _attributes(value: object) -> dict[str, str]:
+    """An event's attributes as landed: a Parquet map (pairs), JSON text, or none."""
+    if value is None or (isinstance(value, float) and pd.isna(value)) or value == "":
+        return {}
+    if isinstance(value, str):
+        return dict(json.loads(value))
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    return {str(k): str(v) for k, v in list(value)}  # type: ignore[call-overload]
+
+
+def events(
+    landing: Path, ds: dt.date, start: dt.date, payload: bool = False, with_day: bool = False
+) -> pd.DataFrame:
     """Every event landed from ``start`` to ``ds``, first arrival of an id kept; ``payload``:
-    with its payload (None when it has none; an empty CSV field is none)."""
+    with its payload (None when it has none; an empty CSV field is none); ``with_day``: with
+    ``_day`` (the day it landed) and ``attributes`` (a dict)."""
     frames = []
     day = start
     while day <= ds:
@@ -67,6 +85,10 @@ def events(landing: Path, ds: dt.date, start: dt.date, payload: bool = False) ->
                     df = df.assign(payload=None)
                 df["payload"] = [None if pd.isna(v) or v == "" else v for v in df["payload"]]
                 cols.append("payload")
+            if with_day:
+                raw = df["attributes"] if "attributes" in df.columns else [None] * len(df)
+                df = df.assign(attributes=[_attributes(v) for v in raw])
+                cols.append("attributes")
             frames.append(df[cols].assign(_day=day))
         day += dt.timedelta(days=1)
     ev = pd.concat(frames, ignore_index=True)
@@ -74,7 +96,71 @@ def events(landing: Path, ds: dt.date, start: dt.date, payload: bool = False) ->
         _utc(ev["created_at"].astype(str)) if ev["created_at"].dtype == object else ev["created_at"]
     )
     ev["created_at"] = pd.to_datetime(ev["created_at"], utc=True)
-    return ev.sort_values("_day", kind="stable").drop_duplicates("event_id").drop(columns="_day")
+    ev = ev.sort_values("_day", kind="stable").drop_duplicates("event_id")
+    return ev if with_day else ev.drop(columns="_day")
+
+
+def topics(landing: Path, day: dt.date, start: dt.date) -> dict[str, str]:
+    """topic_id -> predicate in force on ``day`` as landed (the last snapshot up to it;
+    an empty folder is an empty snapshot), before any quarantine."""
+    defs: dict[str, str] = {}
+    d = start
+    while d <= day:
+        if (landing / "topics" / f"ds={d}").is_dir():
+            df = read_table(landing, "topics", d)
+            rows = [] if df.empty else list(zip(df["topic_id"], df["predicate"], strict=True))
+            spellings: dict[str, set[str]] = {}
+            for t, pred in rows:
+                spellings.setdefault(str(t), set()).add(str(pred))
+            # an id defined two ways is ambiguous: dropped
+            defs = {t: next(iter(p)) for t, p in spellings.items() if len(p) == 1 and t.strip()}
+        d += dt.timedelta(days=1)
+    return defs
+
+
+def valid_topics(landing: Path, day: dt.date, start: dt.date) -> dict[str, list]:
+    """topic_id -> parsed terms of the definitions in force on ``day``: malformed ones and
+    those whose id is an account (an event's producer up to ``day``, or a consumer of the
+    day's graph or views) dropped."""
+    from jobs.common.predicates import Malformed, parse
+
+    defined = topics(landing, day, start)
+    if not defined:
+        return {}
+    accounts = set(events(landing, day, start)["producer_id"])
+    accounts |= {c for c, _ in graph(landing, day, start)}
+    views = read_table(landing, "views", day)
+    if not views.empty:
+        accounts |= set(views["consumer_id"])
+    out = {}
+    for t, pred in defined.items():
+        if t in accounts:
+            continue
+        try:
+            out[t] = parse(pred)
+        except Malformed:
+            continue
+    return out
+
+
+def streams(landing: Path, ds: dt.date, start: dt.date, payload: bool = False) -> pd.DataFrame:
+    """stream_id, event_id, producer_id (the author), created_at (, payload): every event in
+    its author's stream, and in the stream of every topic in force on the day it landed
+    whose predicate holds for it, evaluated term by term on every event (brute force)."""
+    from jobs.common.predicates import holds
+
+    ev = events(landing, ds, start, payload=payload, with_day=True)
+    own = ev.assign(stream_id=ev["producer_id"])
+    matched = []
+    for day, rows in ev.groupby("_day"):
+        defs = valid_topics(landing, day, start)
+        if not defs:
+            continue
+        for t, terms in defs.items():
+            hit = [holds(terms, a) for a in rows["attributes"]]
+            matched.append(rows[hit].assign(stream_id=t))
+    out = pd.concat([own, *matched], ignore_index=True)
+    return out.drop(columns=["_day", "attributes"])
 
 
 def feeds(
@@ -85,10 +171,10 @@ def feeds(
     edges = graph(landing, ds, start)
     if consumers is not None:
         edges = {(c, p) for c, p in edges if c in consumers}
-    g = pd.DataFrame(sorted(edges), columns=["consumer_id", "producer_id"])
+    g = pd.DataFrame(sorted(edges), columns=["consumer_id", "stream_id"])
 
-    ev = events(landing, ds, start)
-    joined = g.merge(ev, on="producer_id")
+    ev = streams(landing, ds, start)
+    joined = g.merge(ev, on="stream_id").drop_duplicates(["consumer_id", "event_id"])
     joined = joined.sort_values(
         ["consumer_id", "created_at", "event_id"], ascending=[True, False, False]
     )
@@ -102,10 +188,10 @@ def feeds(
 def store(landing: Path, ds: dt.date, start: dt.date, k: int) -> dict[str, tuple[str, str | None]]:
     """event_id -> (producer_id, payload) of every event in some producer's latest k at the
     end of ds: what the day's event store must hold."""
-    ev = events(landing, ds, start, payload=True).sort_values(
-        ["producer_id", "created_at", "event_id"], ascending=[True, False, False]
+    ev = streams(landing, ds, start, payload=True).sort_values(
+        ["stream_id", "created_at", "event_id"], ascending=[True, False, False]
     )
-    top = ev.groupby("producer_id", sort=False).head(k)
+    top = ev.groupby("stream_id", sort=False).head(k)
     return {e: (p, v) for e, p, v in zip(top.event_id, top.producer_id, top.payload, strict=True)}
 
 

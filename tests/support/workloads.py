@@ -125,3 +125,63 @@ def assembled(
 
     got = FeedReader(warehouse, ds, unpublished=not published).feeds(consumers, k)
     return {c: [it.event_id for it in feed] for c, feed in got.items()}
+
+
+TOPIC_DAYS = 3
+TOPIC_LAST = START + dt.timedelta(days=TOPIC_DAYS - 1)
+TOPIC_SEED = 13
+HAND_TOPICS = {
+    # id -> (predicate, what ingest must make of it on day 1)
+    "not-eu": ("region != eu", None),  # != only: met through every event
+    "broken": ("category = ", "malformed_predicate"),
+    "u0000003": ("region = eu", "topic_id_is_account"),  # a user's id
+    "sport-or-tech": ("category IN (c01, 'c02') AND score > 50", None),
+}
+CONFLICTING = ("twice", "region = eu", "region = na")
+CHANGED, REMOVED = "topic000030", "topic000031"
+
+
+def topics_profile():
+    """``cz2015`` at scale 0.01 (300 consumers, 100 producers) with 40 generated topics."""
+    from jobs.workloads.generate import PROFILES, scaled
+
+    return dataclasses.replace(
+        scaled(PROFILES["cz2015"], 0.01), topics=40, topic_follows=2.0, unfollow_share=0.02
+    )
+
+
+def topics_workload(landing: Path) -> Path:
+    """Three days of :func:`topics_profile`, and on day 1 the definitions a user may get
+    wrong beside the generated ones (:data:`HAND_TOPICS`; an id defined two ways; an
+    identical definition landed twice), with followers for each; day 2 has no topics folder
+    (the definitions stay in force); day 3 lands them again with :data:`CHANGED`'s predicate
+    changed and :data:`REMOVED` gone."""
+    from jobs.common.storage import Storage
+    from jobs.workloads.generate import generate
+
+    generate(Storage.at(str(landing)), START, TOPIC_DAYS, topics_profile(), seed=TOPIC_SEED)
+    day1, day3 = landing / "topics" / f"ds={START}", landing / "topics" / f"ds={TOPIC_LAST}"
+    generated = pd.read_csv(next(day1.glob("*.csv")), dtype=str)
+    extra = [(t, pred) for t, (pred, _) in HAND_TOPICS.items()]
+    extra += [(CONFLICTING[0], CONFLICTING[1]), (CONFLICTING[0], CONFLICTING[2])]
+    extra += [tuple(generated.iloc[5])]  # an identical repeat: a duplicate
+    pd.DataFrame(extra, columns=["topic_id", "predicate"]).to_json(
+        day1 / "hand.jsonl", orient="records", lines=True
+    )
+    consumers = sorted({c for c, _ in naive.graph(landing, START, START)})
+    follows = [
+        (c, t, f"{START}T00:00:00Z")
+        for i, t in enumerate([*HAND_TOPICS, CONFLICTING[0]])
+        for c in consumers[i * 7 : i * 7 + 40]
+    ]
+    pd.DataFrame(follows, columns=["consumer_id", "producer_id", "ts"]).to_csv(
+        landing / "follows" / f"ds={START}" / "hand.csv", index=False
+    )
+    day3.mkdir(parents=True)
+    again = generated[generated["topic_id"] != REMOVED].copy()
+    again.loc[again["topic_id"] == CHANGED, "predicate"] = "region = eu AND score <= 40"
+    again = pd.concat(
+        [again, pd.DataFrame([("not-eu", "region != eu")], columns=["topic_id", "predicate"])]
+    )
+    again.to_csv(day3 / "part-00000.csv", index=False)
+    return landing

@@ -1,0 +1,218 @@
+"""Topic producers through the stages (``support.workloads.topics_workload``: three days of
+``cz2015`` with generated topics, definitions a user may get wrong, a day that keeps the
+definitions and a day that changes one and removes one).
+
+* ``ingest``: the definitions in force each day, what was quarantined and why, the row
+  accounting, and ``clean/topic_events`` equal to every predicate evaluated on every event
+  (brute force, ``support.naive``) with the definitions of the day the event landed.
+* Every strategy's assembled feeds equal the naive answer, each event once although many
+  reach a consumer through their author and a topic; topic items name their author.
+* Incremental maintenance equals a full refresh; per-producer coherency refuses topics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+from pathlib import Path
+
+import pytest
+
+from jobs.common.config import STRATEGIES, Settings
+from jobs.common.ledger import read_record
+from jobs.common.storage import Storage
+from jobs.common.tables import contract, read_partition
+from jobs.serving.reader import FeedReader
+from jobs.serving.report import html_report
+from jobs.stages import runner
+from jobs.stages.ingest import TopicsUnsupported
+from support import naive
+from support.workloads import (
+    CHANGED,
+    CONFLICTING,
+    HAND_TOPICS,
+    REMOVED,
+    START,
+    TOPIC_DAYS,
+    TOPIC_LAST,
+    K,
+    build,
+    table_rows,
+    topics_workload,
+)
+
+DAYS = [START + dt.timedelta(days=i) for i in range(TOPIC_DAYS)]
+
+
+def settings_of(landing: Path | str, warehouse: Path | str, **kw) -> Settings:
+    return Settings(
+        landing=str(landing),
+        warehouse=str(warehouse),
+        feed_k=K,
+        strategy="ff-per-pair",
+        strategies=("ff-per-pair",),
+        shuffle_partitions=4,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def topics_built(spark, tmp_path_factory) -> Settings:
+    """The three days built (ingest, rates, plan, materialize), once per run."""
+    from support.once import shared_folder
+
+    landing = shared_folder(tmp_path_factory, "topics-landing", topics_workload)
+
+    def make(folder: Path) -> None:
+        build(spark, settings_of(landing, folder), DAYS)
+
+    return settings_of(landing, shared_folder(tmp_path_factory, "topics-built", make))
+
+
+@pytest.fixture
+def topics_copy(topics_built, tmp_path) -> Settings:
+    from support.once import private_copy
+
+    return dataclasses.replace(
+        topics_built, warehouse=str(private_copy(topics_built.warehouse, tmp_path / "wh"))
+    )
+
+
+@functools.cache
+def expected_streams(landing: str) -> dict[str, set[tuple[str, str]]]:
+    """Per day, the (topic, event) pairs of the events that landed that day (brute force)."""
+    ev = naive.events(Path(landing), TOPIC_LAST, START, with_day=True)
+    streams = naive.streams(Path(landing), TOPIC_LAST, START)
+    topic_rows = streams[streams["stream_id"] != streams["producer_id"]]
+    day_of = dict(zip(ev["event_id"], ev["_day"], strict=True))
+    out: dict[str, set[tuple[str, str]]] = {str(d): set() for d in DAYS}
+    for t, e in zip(topic_rows["stream_id"], topic_rows["event_id"], strict=True):
+        out[str(day_of[e])].add((t, e))
+    return out
+
+
+def test_ingest_keeps_the_definitions_in_force_and_quarantines_the_bad_ones(spark, topics_built):
+    s = topics_built
+    wh = Storage.at(s.warehouse)
+    defined = {d: {r[0]: r[1] for r in table_rows(spark, s, "clean", "topics", d)} for d in DAYS}
+    generated = {f"topic{i:06d}" for i in range(40)}
+    good = generated | {t for t, (_, why) in HAND_TOPICS.items() if why is None}
+    assert set(defined[DAYS[0]]) == good
+    assert defined[DAYS[1]] == defined[DAYS[0]]  # no topics folder: the definitions stay
+    assert set(defined[DAYS[2]]) == generated - {REMOVED} | {"not-eu"}
+    assert defined[DAYS[2]][CHANGED] == "region = eu AND score <= 40" != defined[DAYS[0]][CHANGED]
+    since = {r[0]: r[2] for r in table_rows(spark, s, "clean", "topics", DAYS[1])}
+    assert set(since.values()) == {START}
+
+    rows = read_partition(spark, wh, contract("quarantine", "rows"), DAYS[0], table="topics")
+    reasons = sorted((r["reason"], r["raw"]) for r in rows.collect())
+    by_reason: dict[str, int] = {}
+    for reason, _ in reasons:
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+    assert by_reason == {
+        "malformed_predicate": 1,
+        "topic_id_is_account": 1,
+        "conflicting_definition": 2,
+        "duplicate": 1,
+    }, reasons
+    record = read_record(wh, DAYS[0], "ingest")
+    assert record is not None
+    counts = record["topics"]
+    assert counts["rows_in"] == 40 + len(HAND_TOPICS) + 3
+    assert counts["rows_in"] == counts["clean"] + counts["duplicates"] + counts["quarantined"]
+    assert counts["quarantine_reasons"] == {
+        "conflicting_definition": 2,
+        "malformed_predicate": 1,
+        "topic_id_is_account": 1,
+    }
+    assert counts["snapshot"] is True
+    carried = read_record(wh, DAYS[1], "ingest")
+    assert carried is not None
+    assert carried["topics"]["snapshot"] is False
+    assert carried["topics"]["carried"] == carried["topics"]["clean"] == len(good)
+    for d in DAYS:
+        rec = read_record(wh, d, "ingest")
+        assert rec is not None
+        assert rec["topics"]["matches"] == len(expected_streams(s.landing)[str(d)])
+    # the day's page shows them
+    page = html_report(wh, DAYS[0])
+    table = page.split("<table id='topics'>", 1)[1].split("</table>", 1)[0]
+    assert f"<td>{len(good)}</td>" in table and "conflicting_definition 2" in table
+    assert f"<td>{len(expected_streams(s.landing)[str(DAYS[0])])}</td>" in table
+
+
+def test_topic_events_are_every_predicate_evaluated_on_every_event(spark, topics_built):
+    s = topics_built
+    expected = expected_streams(s.landing)
+    assert all(len(expected[str(d)]) > 500 for d in DAYS)  # the test has something to check
+    for d in DAYS:
+        got = {(r[0], r[1]) for r in table_rows(spark, s, "clean", "topic_events", d)}
+        assert got == expected[str(d)], (d, len(got ^ expected[str(d)]))
+    # the removed topic gets no events after its removal, the changed one its new matches
+    assert any(t == REMOVED for t, _ in expected[str(DAYS[1])])
+    assert not any(t == REMOVED for t, _ in expected[str(DAYS[2])])
+    # a topic's rate is estimated like an account's: from its daily matches
+    rates = {r[0]: r for r in table_rows(spark, s, "rates", "producer_rates", TOPIC_LAST)}
+    assert "topic000000" in rates and "not-eu" in rates
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_assembled_feeds_with_topics_equal_the_naive_answer(spark, topics_copy, strategy):
+    s = dataclasses.replace(topics_copy, strategy=strategy, strategies=(strategy,))
+    for stage in ("plan", "materialize"):
+        runner.run_stage(stage, s, TOPIC_LAST, spark)
+    expected = naive_feeds(s.landing)
+    consumers = sorted(expected)
+    got = FeedReader(s.warehouse, TOPIC_LAST, unpublished=True).feeds(consumers, K)
+    ids = {c: [it.event_id for it in f] for c, f in got.items()}
+    mismatched = [c for c in consumers if ids[c] != expected[c]]
+    assert not mismatched, f"{len(mismatched)} of {len(consumers)} feeds differ: {mismatched[:3]}"
+    author = author_of(s.landing)
+    assert all(it.producer_id == author[it.event_id] for f in got.values() for it in f)
+
+
+@functools.cache
+def naive_feeds(landing: str) -> dict[str, list[str]]:
+    return naive.feeds(Path(landing), TOPIC_LAST, START, K)
+
+
+@functools.cache
+def author_of(landing: str) -> dict[str, str]:
+    ev = naive.events(Path(landing), TOPIC_LAST, START)
+    return dict(zip(ev["event_id"], ev["producer_id"], strict=True))
+
+
+def test_feeds_meet_events_through_author_and_topic_once(topics_built):
+    """The workload is one where it matters: many feeds hold an event that reaches the
+    consumer both ways, and items that came only through a topic."""
+    landing = Path(topics_built.landing)
+    edges = naive.graph(landing, TOPIC_LAST, START)
+    author = author_of(topics_built.landing)
+    both = through_topic = 0
+    for c, feed in naive_feeds(topics_built.landing).items():
+        for e in feed:
+            if (c, author[e]) in edges:
+                both += 1
+            else:
+                through_topic += 1
+    assert through_topic > 100
+    assert both > 100
+
+
+def test_incremental_with_topics_equals_a_full_refresh(spark, topics_copy):
+    s = topics_copy
+    tables = ("producer_feed", "consumer_feed", "view_feed", "event_store")
+    incremental = {t: table_rows(spark, s, "feeds", t, TOPIC_LAST) for t in tables}
+    record = read_record(Storage.at(s.warehouse), TOPIC_LAST, "materialize")
+    assert record is not None and record["mode"] == "incremental" and record["topic_streams"]
+    runner.run_stage("materialize", s, TOPIC_LAST, spark, full_refresh=True)
+    for t in tables:
+        assert table_rows(spark, s, "feeds", t, TOPIC_LAST) == incremental[t], t
+
+
+def test_per_producer_coherency_refuses_topics(spark, topics_copy):
+    s = dataclasses.replace(topics_copy, coherency="per_producer")
+    with pytest.raises(TopicsUnsupported, match="coherency = global"):
+        runner.run_stage("ingest", s, TOPIC_LAST, spark)
+    assert CONFLICTING[0] not in {r[0] for r in table_rows(spark, s, "clean", "topics", START)}
