@@ -91,10 +91,13 @@ def _holds(attributes: Column, term: Column) -> Column:
     numeric = a.rlike(NUMBER_RE)
     as_double = a.try_cast("double")
 
-    def compare(op: Column, v: Column) -> Column:
+    def compare(op: Column | None, v: Column) -> Column:
+        """``attribute op v``; ``op`` None: equality (an ``IN`` list's values)."""
         s, n = v["text"], v["number"]
 
         def by(left: Column, right: Column) -> Column:
+            if op is None:
+                return left == right
             return (
                 F.when(op == "=", left == right)
                 .when(op == "!=", left != right)
@@ -109,7 +112,7 @@ def _holds(attributes: Column, term: Column) -> Column:
 
     return (
         F.when(a.isNull(), term["op"] == "!=")
-        .when(term["op"] == "in", F.exists(term["values"], lambda v: compare(F.lit("="), v)))
+        .when(term["op"] == "in", F.exists(term["values"], lambda v: compare(None, v)))
         .otherwise(compare(term["op"], term["values"][0]))
     )
 

@@ -572,8 +572,8 @@ class Vocabulary:
     ``region`` (6, Zipf 0.8), ``language`` (10, Zipf 1.1; missing on 10% of events),
     ``score`` (a number 0-99 with one decimal; ``n/a`` on 1%: a numeric term fails on it) and
     ``tag`` (``tags`` values, Zipf 0.6): the topics' access attribute. The number of tags grows
-    with the number of topics (``topics / 25``, at least 50) so that an event meets about 25
-    topics whatever their number."""
+    with the number of topics (``topics / 25``, at least 50) and topics pick their tags
+    uniformly, so that an event meets about 25 topics whatever their number."""
 
     tags: int
 
@@ -624,7 +624,9 @@ def topic_table(profile: Profile, vocab: Vocabulary, seed: int) -> pa.Table:
     rng = np.random.default_rng([seed, 0, 4])
     n = profile.topics
     kind = rng.choice(5, size=n, p=[0.40, 0.20, 0.15, 0.15, 0.10])
-    tags = vocab.tag_names(rng.choice(vocab.tags, size=(n, 3), p=_zipf_p(vocab.tags, 0.6)))
+    # tags uniform over the vocabulary: an event meets about 25 tag topics whatever N (with
+    # Zipf-drawn topic tags the popular tags' topics would grow as N**0.2)
+    tags = vocab.tag_names(rng.integers(0, vocab.tags, size=(n, 3)))
     region = rng.choice(len(REGIONS), size=n)
     language = rng.choice(len(LANGUAGES), size=n)
     low = rng.integers(0, 90, size=n)
