@@ -110,3 +110,44 @@ def test_filled_degrees_reach_their_targets_under_heavy_skew():
     assert plain.size < 0.7 * deg.sum() < 0.85 * deg.sum() < filled.size <= deg.sum()
     assert np.unique(filled).size == filled.size
     assert not np.any(filled // prof.producers == filled % prof.producers)  # no self-follows
+
+
+def test_topics_through_the_command_line_are_deterministic_and_well_formed(tmp_path):
+    """``feedpipe generate --topics``: every event has the attributes, the topics parse and
+    cover the five kinds, their followers join day 1's snapshot, and the same seed gives the
+    same files while the other columns stay as without topics."""
+    from jobs.cli import main
+    from jobs.common.predicates import parse
+
+    def run(name: str, *extra: str) -> Path:
+        out = tmp_path / name
+        args = ["generate", "--out", str(out), "--start", str(D), "--days", "2"]
+        assert main([*args, "--profile", "cz2015", "--scale", "0.01", *extra]) == 0
+        return out
+
+    a, b = run("a", "--topics", "200"), run("b", "--topics", "200")
+    plain = run("plain")
+    assert digest(a) == digest(b)
+    topics = pd.read_csv(next((a / "topics" / f"ds={D}").iterdir()), dtype=str)
+    assert len(topics) == 200 and topics["topic_id"].is_unique
+    terms = [parse(p) for p in topics["predicate"]]  # every definition parses
+    kinds = {
+        "one tag": sum(len(t) == 1 and t[0].op == "=" and t[0].attribute == "tag" for t in terms),
+        "in list": sum(len(t) == 1 and t[0].op == "in" for t in terms),
+        "range": sum(any(x.op in (">=", "<") for x in t) for t in terms),
+        "not equal": sum(any(x.op == "!=" for x in t) for t in terms),
+        "tag and region": sum([x.attribute for x in t] == ["tag", "region"] for t in terms),
+        "category": sum(t[0].attribute == "category" for t in terms),
+    }
+    assert kinds["category"] == 24 and min(kinds.values()) >= 5, kinds
+    follows = pd.concat(pd.read_csv(p, dtype=str) for p in (a / "follows" / f"ds={D}").iterdir())
+    on_topics = follows[follows["producer_id"].isin(set(topics["topic_id"]))]
+    assert len(on_topics) > 200 and on_topics["consumer_id"].str.startswith("u").all()
+    for day in (D, D + dt.timedelta(days=1)):
+        events = pd.read_parquet(next((a / "events" / f"ds={day}").iterdir()))
+        attrs = [dict(m) for m in events["attributes"]]
+        assert all({"category", "region", "tag", "score"} <= set(x) for x in attrs)
+        assert 0.05 < sum("language" not in x for x in attrs) / len(attrs) < 0.15
+        same = pd.read_parquet(next((plain / "events" / f"ds={day}").iterdir()))
+        pd.testing.assert_frame_equal(events.drop(columns="attributes"), same)
+    assert not (plain / "topics").exists()
