@@ -38,11 +38,13 @@ from support.workloads import (
     TOPIC_LAST,
     K,
     build,
+    edge_modes,
     table_rows,
     topics_workload,
 )
 
 DAYS = [START + dt.timedelta(days=i) for i in range(TOPIC_DAYS)]
+TOPICS = {f"topic{i:06d}" for i in range(40)} | {t for t, (_, w) in HAND_TOPICS.items() if not w}
 
 
 def settings_of(landing: Path | str, warehouse: Path | str, **kw) -> Settings:
@@ -170,6 +172,12 @@ def test_assembled_feeds_with_topics_equal_the_naive_answer(spark, topics_copy, 
     assert not mismatched, f"{len(mismatched)} of {len(consumers)} feeds differ: {mismatched[:3]}"
     author = author_of(s.landing)
     assert all(it.producer_id == author[it.event_id] for f in got.values() for it in f)
+    # topic edges are planned like any edge: the strategies that mix modes mix them on topics
+    topic_modes = {m for (_, p), m in edge_modes(spark, s, TOPIC_LAST).items() if p in TOPICS}
+    if strategy in ("ff-per-pair", "ff-latency-pair"):
+        assert topic_modes == {"push", "pull"}
+    elif strategy.startswith("cz-"):
+        assert "view" in topic_modes, topic_modes
 
 
 @functools.cache
