@@ -34,6 +34,7 @@ import bisect
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 Feeds = frozenset[str]
 
@@ -401,6 +402,26 @@ def lower_bound(p: Problem) -> float:
             personal += min(best, maint)
         total += min(one, shared, personal)
     return total
+
+
+def edges_lower_bound(edges: Any, push_cost: float, pull_cost: float) -> float:
+    """:func:`lower_bound` over a day's follow edges as the plan prices them (a pandas frame
+    of ``consumer_id, producer_id, theta, phi, active``, ``feeding_frenzy.edge_inputs``),
+    sequentially: the reference :mod:`jobs.selection.bound` is checked against. Inactive
+    consumers pull every feed under every strategy, so they add their reads as they are."""
+    on = edges[edges.active]
+    p = Problem(
+        on.groupby("consumer_id")["theta"].first().to_dict(),
+        on.groupby("consumer_id")["producer_id"].agg(frozenset).to_dict(),
+        on.groupby("producer_id")["phi"].first().to_dict(),
+        push_cost,
+        pull_cost,
+    )
+    idle = (
+        edges[~edges.active].groupby("consumer_id").agg(n=("phi", "size"), theta=("theta", "max"))
+    )
+    idle = idle[idle.n > 1]
+    return lower_bound(p) + pull_cost * float((idle.theta * idle.n).sum())
 
 
 def view_id(feeds: Iterable[str]) -> str:

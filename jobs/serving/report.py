@@ -23,6 +23,24 @@ def plan_cost_rows(wh: Storage, day: DayVersion) -> list[dict]:
     return sorted(wh.dataset(*parts).to_table().to_pylist(), key=lambda r: r["total_cost"])
 
 
+def gap_text(row: dict) -> str:
+    """A strategy's distance above the day's certified lower bound, or "-" (no bound)."""
+    gap = row.get("gap")
+    return f"+{100 * gap:.1f}%" if gap is not None else "-"
+
+
+def bound_text(row: dict) -> str:
+    """What the day's bound is, in one sentence."""
+    kind = {
+        "overlap": "every overlap of follow sets counted",
+        "overlap-capped": "overlaps through the most-followed producers bounded from above",
+    }.get(row["bound"], row["bound"])
+    return (
+        f"certified lower bound {row['lower_bound']:.1f} per hour ({row['bound']}: {kind}):"
+        " no plan, whatever its views, costs less; vs bound = how far above it a strategy is"
+    )
+
+
 def text_report(settings: Settings, ds: dt.date) -> str:
     wh = Storage.at(settings.warehouse)
     day = versions.for_readers(wh, ds)
@@ -41,7 +59,8 @@ def text_report(settings: Settings, ds: dt.date) -> str:
         f"feedpipe plan cost for {ds}  (H={h:g}, L={el:g}; cost per hour; "
         f"{'published' if day.published else 'NOT published'})",
         f"  {'strategy':<20} {'total':>12} {'maint.':>12} {'eval.':>12} {'vs best pure':>12} "
-        f"{'push':>9} {'pull':>9} {'views':>7} {'src p50/p95/p99':>16} {'in target':>10}",
+        f"{'push':>9} {'pull':>9} {'views':>7} {'src p50/p95/p99':>16} {'in target':>10} "
+        f"{'vs bound':>9}",
     ]
     for r in rows:
         rel = f"{100 * (r['total_cost'] / pure - 1):+.1f}%" if pure else "n/a"
@@ -57,12 +76,14 @@ def text_report(settings: Settings, ds: dt.date) -> str:
         out.append(
             f"{mark}{r['strategy']:<20} {r['total_cost']:>12.1f} {r['maintenance_cost']:>12.1f} "
             f"{r['evaluation_cost']:>12.1f} {rel:>12} {r['push_edges']:>9} {r['pull_edges']:>9} "
-            f"{r['views']:>7} {pct:>16} {target:>10}"
+            f"{r['views']:>7} {pct:>16} {target:>10} {gap_text(r):>9}"
         )
     out.append(
         f"  (* = served; in target: share of feed views within {settings.latency_bound} "
         f"{settings.latency_metric}, ! = below {100 * settings.latency_quantile:g}%)"
     )
+    if rows and rows[0].get("lower_bound") is not None:
+        out.append(f"  {bound_text(rows[0])}")
     inactive = rows[0].get("inactive_consumers") if rows else None
     if inactive:
         out.append(f"  {inactive} inactive consumers: no materialized feed, served by pull")
@@ -317,7 +338,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         ),
         "<table id='plan-cost'><tr><th class='l'>strategy</th><th>total</th><th>maintenance"
         "</th><th>evaluation</th><th>vs best pure</th><th>push edges</th><th>pull edges</th>"
-        "<th>view edges</th><th>views</th><th>mode changes</th></tr>",
+        "<th>view edges</th><th>views</th><th>mode changes</th><th>vs bound</th></tr>",
     ]
     for r in rows:
         rel = f"{100 * (r['total_cost'] / pure - 1):+.1f}%" if pure else "n/a"
@@ -328,9 +349,11 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
             f"<td>{r['total_cost']:.1f}</td><td>{r['maintenance_cost']:.1f}</td>"
             f"<td>{r['evaluation_cost']:.1f}</td><td>{rel}</td>"
             f"<td>{r['push_edges']}</td><td>{r['pull_edges']}</td><td>{r['view_edges']}</td>"
-            f"<td>{r['views']}</td><td>{r['mode_changes']}</td></tr>"
+            f"<td>{r['views']}</td><td>{r['mode_changes']}</td><td>{gap_text(r)}</td></tr>"
         )
     out.append("</table>")
+    if rows and rows[0].get("lower_bound") is not None:
+        out.append(f"<p id='bound'>{escape(bound_text(rows[0]))}.</p>")
 
     out.append("<h2>Push / pull split</h2><p>Follow edges by how they are delivered.</p>")
     out.append(_legend("push", "pull", "view"))

@@ -7,13 +7,17 @@ configured one (``auto``: the cheapest). Writes, partitioned by ds:
 * ``plan/edge_plan``: one row per follow edge of the served plan (key consumer_id, producer_id);
 * ``plan/consumer_sources``: per consumer the sources read at view time;
 * ``plan/views``, ``plan/view_members``: shared views of the served plan;
-* ``plan/plan_cost``: one row per strategy evaluated, ``chosen`` marking the served one.
+* ``plan/plan_cost``: one row per strategy evaluated, ``chosen`` marking the served one, with
+  the day's certified lower bound on every plan's cost and each strategy's gap to it
+  (:mod:`jobs.selection.bound`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +27,7 @@ from jobs.common.exact import exact_sum
 from jobs.common.spark import UNCOMPRESSED_CACHE, empty_frame
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, has_partition, read_partition, write_partition
-from jobs.selection import cost, feeding_frenzy, latency, shared
+from jobs.selection import bound, cost, feeding_frenzy, latency, shared
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -270,7 +274,20 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
             rows[chosen]["total_cost"],
         )
 
-    plan_cost = costs.withColumn("chosen", F.coalesce(F.col("strategy") == chosen, F.lit(False)))
+    started = time.perf_counter()
+    cert = bound.lower_bound(plans.edges, PlanParams.of(settings).model, settings.bound_pairs)
+    cert_seconds = round(time.perf_counter() - started, 1)
+    # rounded down as the costs are rounded (cost.COST_DECIMALS): still a bound, and never
+    # above a strategy whose rounded cost equals it
+    bound_value = math.floor(cert.cost * 10**cost.COST_DECIMALS) / 10**cost.COST_DECIMALS
+    lb = F.lit(bound_value)
+    plan_cost = costs.select(
+        "*",
+        F.coalesce(F.col("strategy") == chosen, F.lit(False)).alias("chosen"),
+        lb.alias("lower_bound"),
+        F.lit(cert.kind).alias("bound"),
+        F.when(lb > 0, (F.col("total_cost") - lb) / lb).alias("gap"),
+    )
     write_partition(plan_cost, wh, contract("plan", "plan_cost"), ds)
     costs.unpersist()
     served = stacked.where(F.col("strategy") == chosen)
@@ -329,6 +346,16 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         "latency_share": rows[chosen].get("latency_share"),
         "inactive_consumers": rows[chosen].get("inactive_consumers"),
         "shared_view_parts": parts,
+        "certificate": {
+            "lower_bound": bound_value,
+            "bound": cert.kind,
+            "max_followers": cert.max_followers,
+            "pairs": cert.pairs,
+            "gap": (rows[chosen]["total_cost"] - bound_value) / bound_value
+            if bound_value
+            else None,
+            "seconds": cert_seconds,
+        },
         # the latency distribution of every strategy (cost.SOURCE_BUCKETS), for the report
         "sources_hist": {
             "buckets": [b[0] for b in cost.SOURCE_BUCKETS],

@@ -29,7 +29,7 @@ from jobs.common.tables import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 PURE = ("push-all", "pull-all")
@@ -154,22 +154,30 @@ def rate_coverage_check(rates: DataFrame, graph_ids: DataFrame, id_col: str) -> 
 
 def cost_gate_check(plan_cost: DataFrame, auto: bool) -> DataFrame:
     """One row: how many strategies are marked chosen, the served cost and, under ``auto``,
-    the cheaper of PushAll and PullAll (with a 1e-9 relative tolerance for rounding)."""
+    the cheaper of PushAll and PullAll; the cheapest strategy's cost and the day's certified
+    lower bound, which no plan can go below (each cost with a 1e-9 relative tolerance for
+    rounding)."""
     from pyspark.sql import functions as F
 
     pure = F.col("strategy").isin(*PURE)
+
+    def tolerant(c: Column) -> Column:
+        return c * F.lit(1 + 1e-9) + F.lit(1e-9)
+
     return plan_cost.agg(
         F.sum(F.col("chosen").cast("int")).alias("chosen_count"),
         F.max(F.when(F.col("chosen"), F.col("total_cost"))).alias("served_cost"),
         F.min(F.when(pure, F.col("total_cost"))).alias("min_pure"),
+        F.min("total_cost").alias("cheapest"),
+        F.max("lower_bound").alias("lower_bound"),
     ).select(
         F.coalesce("chosen_count", F.lit(0)).alias("chosen_count"),
         "served_cost",
-        (
-            F.col("min_pure") * F.lit(1 + 1e-9) + F.lit(1e-9)
-            if auto
-            else F.lit(None).cast("double")
-        ).alias("min_pure_cost"),
+        (tolerant(F.col("min_pure")) if auto else F.lit(None).cast("double")).alias(
+            "min_pure_cost"
+        ),
+        tolerant(F.col("cheapest")).alias("cheapest_cost"),
+        "lower_bound",
     )
 
 

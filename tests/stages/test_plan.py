@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES, STRATEGIES
+from jobs.common.tables import contract
 from jobs.stages import runner
 from support import naive
 from support.workloads import HOURS, K_P, LAST, START, K, assembled, edge_modes, table_rows
@@ -83,3 +84,30 @@ def test_assembled_feed_equals_the_naive_answer(spark, churn_landing, built_copy
         assert set(plan.values()) == {"push", "pull"}
     (row,) = table_rows(spark, s, "plan", "plan_cost", ds)
     assert row[:2] == (strategy, True)  # one row, for the one strategy computed, served
+
+
+def test_plan_cost_carries_a_bound_no_strategy_goes_below(spark, built):
+    """The certificate of the shared build's last day: the bound the plan computed in Spark
+    equals the sequential ``views.lower_bound`` over the day's active edges (plus the
+    inactive consumers' reads, which every plan pays), lies at or below every strategy's
+    cost, and each gap is ``(cost - bound) / bound``."""
+    from jobs.common.storage import Storage
+    from jobs.selection import views
+    from jobs.stages.plan import day_edges
+
+    edges = day_edges(spark, built, LAST, Storage.at(built.warehouse))[0].toPandas()
+    expected = views.edges_lower_bound(edges, built.push_cost, built.pull_cost)
+
+    rows = {r[0]: r for r in table_rows(spark, built, "plan", "plan_cost", LAST)}
+    cols = [c.name for c in contract("plan", "plan_cost").columns]
+    got = {s: dict(zip(cols, r, strict=True)) for s, r in rows.items()}
+    assert set(got) == set(built.strategies)
+    bounds = {r["lower_bound"] for r in got.values()}
+    # rounded down to the costs' 6 decimals
+    assert len(bounds) == 1 and expected - 1e-6 <= bounds.pop() <= expected
+    for s, r in got.items():
+        assert r["bound"] == "overlap"  # the churn graph fits the pair budget
+        assert r["lower_bound"] <= r["total_cost"] + 1e-9, s
+        assert r["gap"] == pytest.approx((r["total_cost"] - expected) / expected)
+    # the served FF-PerPair is within reach of the bound on this graph (pull-all is not)
+    assert got["ff-per-pair"]["gap"] < got["pull-all"]["gap"]

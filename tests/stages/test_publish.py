@@ -101,6 +101,11 @@ def check_report(settings: Settings, ds: dt.date, tmp_path: Path) -> None:
         s + (" (served)" if s == served.strategy else "") for s in costs.strategy
     ]
     assert [r[1] for r in table] == [f"{x:.1f}" for x in costs.total_cost]
+    # the certificate: every strategy's distance above the day's bound, which none is below
+    assert (costs.lower_bound <= costs.total_cost + 1e-9).all()
+    gaps = (costs.total_cost - costs.lower_bound) / costs.lower_bound
+    assert [r[-1] for r in table] == [f"+{100 * g:.1f}%" for g in gaps]
+    assert f"lower bound {costs.lower_bound.iloc[0]:.1f} per hour" in page.text["bound"]
     bars = page.marks["chart-cost"]
     assert bars["maintenance"] == pytest.approx(list(costs.maintenance_cost))
     assert bars["evaluation"] == pytest.approx(list(costs.evaluation_cost))

@@ -18,9 +18,9 @@ from support.workloads import LAST
 def corrupted(spark, settings) -> dict[str, tuple]:
     """Per suite: its check frame of the real day, and the same check over a corrupted copy
     of its input (a self-follow, a repeated event, a view without a consumer, a producer or
-    consumer without a rate, an edge the plan lost, a served plan dearer than the pure ones,
-    a repeated feed row, a pushed row whose edge is pulled, an event stored twice, a row
-    ingest lost, a failed gate)."""
+    consumer without a rate, an edge the plan lost, a served plan dearer than the pure ones
+    and a bound above every plan, a repeated feed row, a pushed row whose edge is pulled, an
+    event stored twice, a row ingest lost, a failed gate)."""
     wh = Storage.at(settings.warehouse)
 
     def t(layer: str, name: str):
@@ -87,7 +87,7 @@ def corrupted(spark, settings) -> dict[str, tuple]:
                 cost.withColumn(
                     "total_cost",
                     F.when(served, F.col("total_cost") * 1e6).otherwise(F.col("total_cost")),
-                ),
+                ).withColumn("lower_bound", F.lit(1e12)),  # a bound above every plan
                 True,
             ),
         ),
@@ -138,6 +138,8 @@ def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, bu
     assert passed == [], f"suites that let their corrupted input through: {passed}"
     for name, r in bad["suites"].items():
         assert r["failed"], name
+    failed = {f["kwargs"].get("column_A") for f in bad["suites"]["plan.plan_cost"]["failed"]}
+    assert failed == {"min_pure_cost", "cheapest_cost"}
 
 
 def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, built_copy):

@@ -408,3 +408,46 @@ def test_the_union_candidates_are_both_sets_with_the_same_users(seed):
     # a view's users are every user whose follow set contains it, whichever set it came from
     for feeds, users in union.items():
         assert users == tuple(sorted(u for u, fs in p.follows.items() if feeds <= fs))
+
+
+def test_spark_bound_is_the_sequential_bound_and_capped_stays_below_the_optimum(spark):
+    """``bound.lower_bound`` over 40 random problems side by side (disjoint ids, so every
+    bound is their sum) and inactive consumers: with every pair listed it is
+    ``views.lower_bound``; with the pair budget cut, overlaps through the larger feeds are
+    bounded from above and the bound falls, never above the brute-force optimum."""
+    from jobs.selection import bound
+
+    rows, seq, best, idle = [], 0.0, 0.0, 0.0
+    for seed in range(40):
+        r = random.Random(seed)
+        p = random_problem(seed, n_feeds=4, n_users=r.randint(2, 7))
+        seq += views.lower_bound(p)
+        best += exact_optimum(p)
+        for u, fs in p.follows.items():
+            rows += [(f"{seed}-{u}", f"{seed}-{f}", p.theta[u], p.phi[f], True) for f in fs]
+        # an inactive consumer of the same feeds pulls them all and shares nothing
+        n = r.randint(1, 3)
+        rows += [(f"{seed}-idle", f"{seed}-f{i}", 2.0, p.phi[f"f{i}"], False) for i in range(n)]
+        idle += 2.0 * L * n if n > 1 else 0.0
+    edges = spark.createDataFrame(
+        rows, "consumer_id string, producer_id string, theta double, phi double, active boolean"
+    )
+    model = CostModel(H, L)
+    full = bound.lower_bound(edges, model, pair_budget=10**9)
+    assert (full.kind, full.max_followers) == (bound.KIND_EXACT, None)
+    assert full.cost == pytest.approx(seq + idle)
+    # the brute-force oracle's optimum of every problem (the inactive consumers' reads added)
+    for budget in (0, 40, 400):
+        capped = bound.lower_bound(edges, model, pair_budget=budget)
+        assert capped.kind == bound.KIND_CAPPED and capped.pairs <= budget
+        assert 0 < capped.cost <= full.cost + 1e-9
+        assert capped.cost <= best + idle + 1e-9
+    assert bound.lower_bound(edges, model, pair_budget=0).cost < full.cost - 1
+
+
+def test_pair_cap_keeps_the_listed_pairs_within_the_budget():
+    from jobs.selection.bound import pair_cap
+
+    # followers: 3 feeds of 2 (2 ordered pairs each), 1 of 5 (20), 1 of 10 (90)
+    hist = [(10, 1), (2, 3), (5, 1)]
+    assert [pair_cap(hist, b) for b in (0, 5, 6, 25, 26, 115, 116)] == [1, 1, 2, 2, 5, 5, 10]

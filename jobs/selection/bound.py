@@ -1,0 +1,209 @@
+"""A certified lower bound on the modeled cost of every plan of a day, computed in Spark:
+the plan stage's optimality certificate (``plan/plan_cost``'s ``lower_bound`` and ``gap``).
+
+It is :func:`jobs.selection.views.lower_bound` (Chen & Zhou's cost model, Section III.C,
+Eq. 3-5; docs/shared-views.md "How far from the best plan"), which needs, for a consumer
+``u`` and each feed ``f`` it follows, the overlaps ``|F_u & F_w|`` with ``f``'s other
+followers ``w``. Those come from the pairs of consumers that share a feed: ``sum_f d_f^2``
+rows for feeds of ``d_f`` followers, too many on a graph with popular producers. So the
+overlaps are counted exactly only through the *small* feeds, the feeds of at most ``D``
+followers, ``D`` the largest that keeps ``sum d_f^2`` over them within a budget of pairs;
+through the other (*big*) feeds they are bounded from above. The bound stays valid, because
+every term of :func:`views.lower_bound` falls (or stays) when an overlap, or the number of
+consumers whose follow set contains ``F_u``, is replaced by an upper bound on it:
+
+* a pair's overlap is at most its small overlap plus ``min(B_u, B_w)`` (``B``: big feeds
+  followed), and at most ``n_u`` and ``n_w`` (follow counts);
+* for a big feed ``f`` the other followers are not listed: each overlap is at most
+  ``c_u = min(n_u, B_u + max_w small_overlap(u, w))``, and at most ``d_f`` consumers read a
+  view holding ``f``, so ``u`` pays for ``f`` at least ``min(theta_u L,
+  H phi_f / d_f + theta_u L / c_u)`` (Eq. 4's maintenance split among at most ``d_f``
+  readers, Eq. 3's evaluation among at most ``c_u`` feeds);
+* a consumer whose follow set contains ``F_u`` shares all of ``u``'s small feeds and follows
+  at least as many feeds and as many big ones; with no small feed, at most ``d_f - 1`` others
+  follow each of ``u``'s feeds.
+
+With ``D`` at or above the largest follower count there are no big feeds and the result is
+:func:`views.lower_bound` itself (``tests/unit/test_views.py`` checks it against the
+sequential one). Inactive consumers pull every feed under every strategy
+(``feeding_frenzy.edge_inputs``): they read no view, and their evaluation is added as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from jobs.common.exact import exact_sum
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from jobs.selection.cost import CostModel
+
+KIND_EXACT = "overlap"
+"""The bound's name in ``plan_cost.bound`` when every overlap was counted exactly (no feed
+above the budget's follower count): :func:`views.lower_bound`."""
+KIND_CAPPED = "overlap-capped"
+"""... when the overlaps through feeds above ``max_followers`` were bounded from above."""
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The day's bound and how it was computed: ``kind`` (:data:`KIND_EXACT` or
+    :data:`KIND_CAPPED`), ``max_followers`` (``D``: feeds with more active followers are
+    big; None when no feed is), ``pairs`` (consumer pairs listed through small feeds)."""
+
+    cost: float
+    kind: str
+    max_followers: int | None
+    pairs: int
+
+
+def pair_cap(degree_counts: list[tuple[int, int]], budget: int) -> int:
+    """The largest follower count ``D`` such that listing every pair of followers of the
+    feeds with at most ``D`` followers stays within ``budget`` ordered pairs
+    (``sum d (d - 1)``); ``degree_counts``: (followers, feeds with that many)."""
+    total, cap = 0, 1
+    for d, n in sorted(degree_counts):
+        total += d * (d - 1) * n
+        if total > budget:
+            break
+        cap = d
+    return cap
+
+
+def lower_bound(edges: DataFrame, model: CostModel, pair_budget: int) -> Certificate:
+    """The bound over the follow edges ``edges`` (``feeding_frenzy.edge_inputs``:
+    consumer_id, producer_id, theta, phi, active), listing at most ``pair_budget`` pairs of
+    consumers that share a feed. The degree histogram (one row per distinct follower count)
+    and the result reach the driver; nothing that grows with users or edges does."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    H, L = float(model.push), float(model.pull)
+    idle = (
+        edges.where(~F.col("active"))
+        .groupBy("consumer_id")
+        .agg(F.count("*").alias("n"), F.max("theta").alias("theta"))
+    )
+    fixed = idle.where("n > 1").select(exact_sum(F.col("theta") * F.col("n") * L).alias("c"))
+
+    a = edges.where("active").select(
+        F.col("consumer_id").alias("u"), F.col("producer_id").alias("f"), "theta", "phi"
+    )
+    d = a.groupBy("f").agg(F.count("*").alias("d"))
+    hist = [
+        (int(r["d"]), int(r["n"])) for r in d.groupBy("d").agg(F.count("*").alias("n")).collect()
+    ]
+    biggest = max((x for x, _ in hist), default=0)
+    cap = pair_cap(hist, pair_budget)
+    n_pairs = sum(x * (x - 1) * n for x, n in hist if x <= cap)
+
+    e = a.join(d, "f").withColumn("small", F.col("d") <= cap)
+    users = (
+        e.groupBy("u")
+        .agg(
+            F.count("*").alias("n"),
+            F.sum(F.col("small").cast("int")).alias("s"),
+            F.first("theta").alias("theta"),
+            exact_sum(F.col("phi")).alias("phi_sum"),
+            F.min("d").alias("d_min"),
+        )
+        .withColumn("b", F.col("n") - F.col("s"))
+    )
+    # every edge with its consumer's counts, kept: the pairs and the feeds' prices read it
+    eu = e.join(users, "u").persist(StorageLevel.MEMORY_AND_DISK)
+    small = eu.where("small").select("u", "f", "n", "b", "s")
+    other = small.select(
+        F.col("u").alias("w"), "f", F.col("n").alias("n_w"), F.col("b").alias("b_w")
+    )
+    # every ordered pair of consumers that share a small feed, with the feeds they share
+    pairs = (
+        small.join(other, "f")
+        .where("u != w")
+        .groupBy("u", "w")
+        .agg(
+            F.count("*").alias("small_ov"),
+            F.collect_list("f").alias("fs"),
+            *(F.first(c).alias(c) for c in ("n", "b", "s", "n_w", "b_w")),
+        )
+        .select(
+            "u",
+            "fs",
+            "small_ov",
+            F.least(F.col("small_ov") + F.least("b", "b_w"), F.col("n"), F.col("n_w")).alias("ov"),
+            # w may contain F_u: it shares all of u's small feeds, and as many feeds of both kinds
+            (
+                (F.col("small_ov") == F.col("s"))
+                & (F.col("n_w") >= F.col("n"))
+                & (F.col("b_w") >= F.col("b"))
+            ).alias("may_contain"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    per_user = pairs.groupBy("u").agg(
+        F.max("small_ov").alias("max_small"),
+        F.sum(F.col("may_contain").cast("long")).alias("containing_small"),
+    )
+    # a small feed's overlaps with its other followers, largest first
+    listed = (
+        pairs.select("u", F.explode("fs").alias("f"), "ov")
+        .groupBy("u", "f")
+        .agg(F.sort_array(F.collect_list("ov"), asc=False).alias("sizes"))
+    )
+    mine = (
+        users.where("n >= 2")
+        .join(per_user, "u", "left")
+        .select(
+            "u",
+            (F.col("theta") * L).alias("read"),
+            (F.lit(H) * F.col("phi_sum")).alias("one_view"),
+            F.least(F.col("n"), F.col("b") + F.coalesce("max_small", F.lit(0))).alias("c"),
+            F.when(F.col("s") > 0, F.coalesce("containing_small", F.lit(0)))
+            .otherwise(F.col("d_min") - 1)
+            .alias("containing"),
+        )
+    )
+    read, maint = F.col("read"), F.lit(H) * F.col("phi")
+    # a small feed read through a view read by k: maint / k + read / (the (k-1)-th largest
+    # overlap); a big one: maint / d + read / c
+    through_view = F.when(
+        F.col("small"),
+        F.transform(
+            F.coalesce("sizes", F.array().cast("array<long>")),
+            lambda x, i: maint / (i + 2) + read / x,
+        ),
+    ).otherwise(F.array(maint / F.col("d") + read / F.col("c")))
+    best = F.array_min(F.concat(F.array(read), through_view))
+    per_feed = (
+        eu.select("u", "f", "phi", "d", "small")
+        .join(mine, "u")
+        .join(listed, ["u", "f"], "left")
+        .select("u", "read", "one_view", "containing", "phi", best.alias("best"))
+    )
+    total = (
+        per_feed.groupBy("u")
+        .agg(
+            F.first("read").alias("read"),
+            F.first("one_view").alias("one_view"),
+            F.first("containing").alias("containing"),
+            exact_sum(F.col("best")).alias("shared"),
+            exact_sum(F.least(F.col("best"), F.lit(H) * F.col("phi"))).alias("personal_feeds"),
+        )
+        .select(
+            F.least(
+                F.col("one_view") / (1 + F.col("containing")),
+                F.col("shared"),
+                F.col("read") + F.col("personal_feeds"),
+            ).alias("cost")
+        )
+        .agg(exact_sum(F.col("cost")).alias("c"))
+    )
+    row = total.crossJoin(fixed.withColumnRenamed("c", "idle")).first()
+    eu.unpersist()
+    pairs.unpersist()
+    assert row is not None
+    cost = float(row["c"] or 0.0) + float(row["idle"] or 0.0)
+    exact = cap >= biggest
+    return Certificate(cost, KIND_EXACT if exact else KIND_CAPPED, None if exact else cap, n_pairs)
