@@ -3,7 +3,7 @@ and modeled cost relative to FF-PerPair, on a generated workload.
 
     python -m bench.shared_views --profile gplus [--scale 1] [--work var/bench/gplus] \
         [--strategies cz-hierarchy2,cz-greedy] [--part-users 32000] [--lower-bound] \
-        [--bound-pairs 20000000] [--tag NAME]
+        [--bound-pairs 6000000] [--tag NAME]
 
 Generates one day of the profile (skipped when the landing data is there), runs ``ingest``
 and ``rates``, then the ``plan`` stage once for the Feeding Frenzy baselines and once per
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--lower-bound", action="store_true", help="price the bound on any plan")
     ap.add_argument("--tag", default="", help="appended to the result file's name")
     ap.add_argument(
-        "--bound-pairs", type=int, default=20_000_000, help="the plan's certificate budget"
+        "--bound-pairs", type=int, default=6_000_000, help="the plan's certificate budget"
     )
     args = ap.parse_args()
 

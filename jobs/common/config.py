@@ -120,11 +120,11 @@ class Settings:
     view_user_views: int = 30
     """Shared views: each user weighs at most this many candidate views, its largest (ties by
     view id); bounds the planning work of users who follow thousands of producers."""
-    bound_pairs: int = 20_000_000
+    bound_pairs: int = 6_000_000
     """The optimality certificate (``plan_cost.lower_bound``): at most this many pairs of
     consumers that share a producer are listed to count overlaps exactly; overlaps through
-    producers with more followers are bounded from above, which loosens the bound
-    (docs/shared-views.md "The certificate in every plan")."""
+    producers with more followers are bounded from above, which loosens the bound. 4-6 s
+    per million pairs on 2 cores (docs/shared-views.md "The certificate in every plan")."""
     mode_change_margin: float = 0.2
     """Hysteresis: a pushed edge turns pull below H/L/(1+m), a pulled one turns push at
     H/L*(1+m) or above (Feeding Frenzy 4.3: only update when the decision really changes)."""

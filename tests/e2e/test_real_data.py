@@ -68,7 +68,8 @@ def test_higgs(tmp_path):
 
 def test_higgs_week_through_the_pipeline(spark, tmp_path):
     """All seven Higgs days through ingest, rates, plan and materialize; every day, the
-    assembled feeds of 300 sampled consumers equal the naive answer from the landing files."""
+    assembled feeds of 300 sampled consumers equal the naive answer from the landing files,
+    and the plan's certified bound lies below the served plan's cost."""
     import random
 
     from jobs.common.config import Settings
@@ -88,14 +89,24 @@ def test_higgs_week_through_the_pipeline(spark, tmp_path):
         shuffle_partitions=4,
         strategy="ff-per-pair",
         strategies=("ff-per-pair",),
+        bound_pairs=1_000_000,  # caps the certificate once consumers are active
     )
     consumers = sorted({c for c, _ in naive.graph(landing, days[0], days[0])})
     sample = set(random.Random(7).sample(consumers, 300))
+    kinds: set[str] = set()
     for ds in days:
-        for stage in ("ingest", "rates", "plan", "materialize"):
-            runner.run_stage(stage, s, ds, spark)
+        stats = {
+            stage: runner.run_stage(stage, s, ds, spark)
+            for stage in ("ingest", "rates", "plan", "materialize")
+        }
+        # the capped bound on real, bursty data: never above the plan actually served
+        cert = stats["plan"]["certificate"]
+        kinds.add(cert["bound"])
+        assert cert["pairs"] <= 1_000_000
+        assert 0 < cert["lower_bound"] <= stats["plan"]["costs"]["ff-per-pair"]
         expected = naive.feeds(landing, ds, days[0], 10, sample)
         got = FeedReader(s.warehouse, ds, unpublished=True).feeds(sorted(expected), 10)
         wrong = [c for c in expected if [it.event_id for it in got[c]] != expected[c]]
         assert not wrong, f"{ds}: {len(wrong)} of {len(expected)} feeds differ, e.g. {wrong[:3]}"
         assert sum(len(v) for v in expected.values()) > 0
+    assert "overlap-capped" in kinds  # the budget did cap the bound on some days
