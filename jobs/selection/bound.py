@@ -27,6 +27,12 @@ With ``D`` at or above the largest follower count there are no big feeds and the
 :func:`views.lower_bound` itself (``tests/unit/test_views.py`` checks it against the
 sequential one). Inactive consumers pull every feed under every strategy
 (``feeding_frenzy.edge_inputs``): they read no view, and their evaluation is added as it is.
+
+A small day (at most :data:`DRIVER_LIMIT`'s edges and pairs, every overlap exact) is bounded
+on the driver by the sequential :func:`views.edges_lower_bound`, the same bound: the Spark
+computation is a query of about forty shuffle stages, some 7 s however few the edges, while
+the sequential one takes about a second at the limit (docs/shared-views.md "The certificate
+in every plan").
 """
 
 from __future__ import annotations
@@ -49,15 +55,31 @@ KIND_CAPPED = "overlap-capped"
 
 
 @dataclass(frozen=True)
+class DriverLimit:
+    """The largest day bounded on the driver: follow ``edges`` (active or not) and ordered
+    ``pairs`` of active consumers sharing a producer (``sum d (d - 1)``)."""
+
+    edges: int
+    pairs: int
+
+
+DRIVER_LIMIT = DriverLimit(edges=200_000, pairs=2_000_000)
+"""About a second of the sequential bound on 2 cores (100,000 edges and 1.2M pairs: 0.9 s),
+a few MB on the driver."""
+
+
+@dataclass(frozen=True)
 class Certificate:
     """The day's bound and how it was computed: ``kind`` (:data:`KIND_EXACT` or
     :data:`KIND_CAPPED`), ``max_followers`` (``D``: feeds with more active followers are
-    big; None when no feed is), ``pairs`` (consumer pairs listed through small feeds)."""
+    big; None when no feed is), ``pairs`` (consumer pairs listed through small feeds),
+    ``where`` (``driver`` or ``spark``)."""
 
     cost: float
     kind: str
     max_followers: int | None
     pairs: int
+    where: str = "spark"
 
 
 def pair_cap(degree_counts: list[tuple[int, int]], budget: int) -> int:
@@ -73,15 +95,47 @@ def pair_cap(degree_counts: list[tuple[int, int]], budget: int) -> int:
     return cap
 
 
-def lower_bound(edges: DataFrame, model: CostModel, pair_budget: int) -> Certificate:
+def lower_bound(
+    edges: DataFrame,
+    model: CostModel,
+    pair_budget: int,
+    driver_limit: DriverLimit | None = DRIVER_LIMIT,
+) -> Certificate:
     """The bound over the follow edges ``edges`` (``feeding_frenzy.edge_inputs``:
     consumer_id, producer_id, theta, phi, active), listing at most ``pair_budget`` pairs of
-    consumers that share a feed. The degree histogram (one row per distinct follower count)
-    and the result reach the driver; nothing that grows with users or edges does."""
+    consumers that share a feed. The degree histogram (one row per distinct follower count
+    and activity) and the result reach the driver, and the edges themselves only within
+    ``driver_limit`` (None: never); nothing that grows with users or edges does."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     H, L = float(model.push), float(model.pull)
+    counts = [
+        (bool(r["active"]), int(r["d"]), int(r["n"]))
+        for r in edges.groupBy("active", "producer_id")
+        .agg(F.count("*").alias("d"))
+        .groupBy("active", "d")
+        .agg(F.count("*").alias("n"))
+        .collect()
+    ]
+    hist = [(x, n) for active, x, n in counts if active]
+    biggest = max((x for x, _ in hist), default=0)
+    cap = pair_cap(hist, pair_budget)
+    n_pairs = sum(x * (x - 1) * n for x, n in hist if x <= cap)
+    n_edges = sum(x * n for _, x, n in counts)
+    exact = cap >= biggest
+    if (
+        exact
+        and driver_limit is not None
+        and n_edges <= driver_limit.edges
+        and n_pairs <= driver_limit.pairs
+    ):
+        from jobs.selection.views import edges_lower_bound
+
+        columns = ["consumer_id", "producer_id", "theta", "phi", "active"]
+        cost = edges_lower_bound(edges.select(*columns).toPandas(), H, L)
+        return Certificate(cost, KIND_EXACT, None, n_pairs, "driver")
+
     idle = (
         edges.where(~F.col("active"))
         .groupBy("consumer_id")
@@ -93,12 +147,6 @@ def lower_bound(edges: DataFrame, model: CostModel, pair_budget: int) -> Certifi
         F.col("consumer_id").alias("u"), F.col("producer_id").alias("f"), "theta", "phi"
     )
     d = a.groupBy("f").agg(F.count("*").alias("d"))
-    hist = [
-        (int(r["d"]), int(r["n"])) for r in d.groupBy("d").agg(F.count("*").alias("n")).collect()
-    ]
-    biggest = max((x for x, _ in hist), default=0)
-    cap = pair_cap(hist, pair_budget)
-    n_pairs = sum(x * (x - 1) * n for x, n in hist if x <= cap)
 
     e = a.join(d, "f").withColumn("small", F.col("d") <= cap)
     users = (
@@ -205,5 +253,4 @@ def lower_bound(edges: DataFrame, model: CostModel, pair_budget: int) -> Certifi
     pairs.unpersist()
     assert row is not None
     cost = float(row["c"] or 0.0) + float(row["idle"] or 0.0)
-    exact = cap >= biggest
     return Certificate(cost, KIND_EXACT if exact else KIND_CAPPED, None if exact else cap, n_pairs)

@@ -351,6 +351,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
             "bound": cert.kind,
             "max_followers": cert.max_followers,
             "pairs": cert.pairs,
+            "computed": cert.where,
             "gap": (rows[chosen]["total_cost"] - bound_value) / bound_value
             if bound_value
             else None,

@@ -87,16 +87,21 @@ def test_assembled_feed_equals_the_naive_answer(spark, churn_landing, built_copy
 
 
 def test_plan_cost_carries_a_bound_no_strategy_goes_below(spark, built):
-    """The certificate of the shared build's last day: the bound the plan computed in Spark
-    equals the sequential ``views.lower_bound`` over the day's active edges (plus the
-    inactive consumers' reads, which every plan pays), lies at or below every strategy's
-    cost, and each gap is ``(cost - bound) / bound``."""
+    """The certificate of the shared build's last day: the bound the plan computed (on the
+    driver: a small day, ``bound.DRIVER_LIMIT``; tests/unit/test_views.py checks the Spark
+    computation against it) equals the sequential ``views.lower_bound`` over the day's
+    active edges (plus the inactive consumers' reads, which every plan pays), lies at or
+    below every strategy's cost, and each gap is ``(cost - bound) / bound``."""
+    from jobs.common import ledger
     from jobs.common.storage import Storage
     from jobs.selection import views
     from jobs.stages.plan import day_edges
 
-    edges = day_edges(spark, built, LAST, Storage.at(built.warehouse))[0].toPandas()
+    wh = Storage.at(built.warehouse)
+    edges = day_edges(spark, built, LAST, wh)[0].toPandas()
     expected = views.edges_lower_bound(edges, built.push_cost, built.pull_cost)
+    record = ledger.read_record(wh, LAST, "plan")
+    assert record is not None and record["certificate"]["computed"] == "driver"
 
     rows = {r[0]: r for r in table_rows(spark, built, "plan", "plan_cost", LAST)}
     cols = [c.name for c in contract("plan", "plan_cost").columns]

@@ -433,13 +433,21 @@ def test_spark_bound_is_the_sequential_bound_and_capped_stays_below_the_optimum(
         rows, "consumer_id string, producer_id string, theta double, phi double, active boolean"
     )
     model = CostModel(H, L)
-    full = bound.lower_bound(edges, model, pair_budget=10**9)
-    assert (full.kind, full.max_followers) == (bound.KIND_EXACT, None)
+    full = bound.lower_bound(edges, model, pair_budget=10**9, driver_limit=None)
+    assert (full.kind, full.max_followers, full.where) == (bound.KIND_EXACT, None, "spark")
     assert full.cost == pytest.approx(seq + idle)
+    # a day this small is bounded on the driver, to the same figure; one pair above the
+    # limit, in Spark
+    on_driver = bound.lower_bound(edges, model, 10**9, bound.DriverLimit(len(rows), full.pairs))
+    assert (on_driver.where, on_driver.pairs) == ("driver", full.pairs)
+    assert on_driver.cost == pytest.approx(full.cost)
+    over = bound.lower_bound(edges, model, 10**9, bound.DriverLimit(len(rows), full.pairs - 1))
+    assert over.where == "spark" and over.cost == pytest.approx(full.cost)
     # the brute-force oracle's optimum of every problem (the inactive consumers' reads added)
     for budget in (0, 40, 400):
         capped = bound.lower_bound(edges, model, pair_budget=budget)
         assert capped.kind == bound.KIND_CAPPED and capped.pairs <= budget
+        assert capped.where == "spark"  # a capped bound is never the sequential one
         assert 0 < capped.cost <= full.cost + 1e-9
         assert capped.cost <= best + idle + 1e-9
     assert bound.lower_bound(edges, model, pair_budget=0).cost < full.cost - 1
