@@ -409,7 +409,8 @@ def edges_lower_bound(edges: Any, push_cost: float, pull_cost: float) -> float:
     of ``consumer_id, producer_id, theta, phi, active``, ``feeding_frenzy.edge_inputs``),
     sequentially: the reference :mod:`jobs.selection.bound` is checked against. Inactive
     consumers pull every feed under every strategy, so they add their reads as they are."""
-    on = edges[edges.active]
+    active = edges["active"].astype(bool)
+    on = edges.loc[active]
     p = Problem(
         on.groupby("consumer_id")["theta"].first().to_dict(),
         on.groupby("consumer_id")["producer_id"].agg(frozenset).to_dict(),
@@ -417,9 +418,7 @@ def edges_lower_bound(edges: Any, push_cost: float, pull_cost: float) -> float:
         push_cost,
         pull_cost,
     )
-    idle = (
-        edges[~edges.active].groupby("consumer_id").agg(n=("phi", "size"), theta=("theta", "max"))
-    )
+    idle = edges.loc[~active].groupby("consumer_id").agg(n=("phi", "size"), theta=("theta", "max"))
     idle = idle[idle.n > 1]
     return lower_bound(p) + pull_cost * float((idle.theta * idle.n).sum())
 

@@ -459,3 +459,24 @@ def test_pair_cap_keeps_the_listed_pairs_within_the_budget():
     # followers: 3 feeds of 2 (2 ordered pairs each), 1 of 5 (20), 1 of 10 (90)
     hist = [(10, 1), (2, 3), (5, 1)]
     assert [pair_cap(hist, b) for b in (0, 5, 6, 25, 26, 115, 116)] == [1, 1, 2, 2, 5, 5, 10]
+
+
+def test_edges_bound_of_a_day_without_active_consumers_is_their_reads():
+    """Hand-worked: an inactive consumer of two producers pulls both (theta 1.5, L per
+    read); one of a single producer reads it natively, as every plan does (no extra read);
+    an empty day, whatever pandas makes of its empty ``active`` column, bounds nothing."""
+    import pandas as pd
+
+    edges = pd.DataFrame(
+        {
+            "consumer_id": ["a", "a", "b"],
+            "producer_id": ["p", "q", "p"],
+            "theta": [1.5, 1.5, 2.0],
+            "phi": [1.0, 2.0, 1.0],
+            "active": [False, False, False],
+        }
+    )
+    assert views.edges_lower_bound(edges, H, L) == pytest.approx(1.5 * 2 * L)
+    for dtype in (bool, object):
+        empty = edges.iloc[:0].astype({"active": dtype})
+        assert views.edges_lower_bound(empty, H, L) == 0.0
