@@ -32,6 +32,8 @@ import logging
 import re
 import zlib
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -605,9 +607,11 @@ def read_failure(exc: BaseException) -> LandingError | None:
     return LandingError(f"{found.group(1)}: cannot be read ({cause})")
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+@contextmanager
+def landing_errors() -> Iterator[None]:
+    """A landing file Spark cannot read fails as a :class:`LandingError` naming it."""
     try:
-        return _run(spark, settings, ds, wh)
+        yield
     except Exception as exc:
         failure = read_failure(exc)
         if failure is None:
@@ -615,81 +619,23 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
         raise failure from None
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
-    """Ingest one day; returns the row accounting per table (also written by ``publish``).
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+    with landing_errors():
+        return _run(spark, settings, ds, wh)
 
-    For each table: quarantine is written first, then the accounting is taken from the written
-    rows against an independent count of the rows read, and the clean table is written only
-    if the quarantined share is within ``max_quarantine_share``."""
-    from pyspark import StorageLevel
+
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+    """Ingest one day: every landing table (:func:`ingest_table`), then the topics' definitions
+    and matches; returns the row accounting per table (also written by ``publish``)."""
     from pyspark.sql import functions as F
 
     landing = Storage.at(settings.landing)
     stats: dict[str, Any] = {}
     per_id: dict[str, DataFrame] = {}
     for table in LANDING_TABLES:
-        raw, files = read_landing(spark, landing, table, ds)
-        if raw is None:
-            log.info("no landing files for %s on %s", table, ds)
-            raw = empty_landing(spark, table)
-        cached = []
-        if table == "events":
-            base = tag_events(
-                raw, ds, settings.max_lateness_days, settings.max_attributes_bytes
-            ).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(base)
-            tagged = drop_known_events(spark, wh, base, ds, settings.max_lateness_days)
-        elif table == "views":
-            tagged = tag_views(raw, ds, settings.max_lateness_days)
-        else:
-            tagged = tag_follows(raw, ds)
-        if table != "views" and all(
-            tagged is not d for d in cached
-        ):  # a window ran: do not compute it twice
-            tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(tagged)
-        write_partition(
-            quarantine_rows(tagged, table), wh, contract("quarantine", "rows"), ds, table=table
-        )
-        counts = accounting(spark, wh, table, ds, raw.count())
-        clean_c = contract("clean", table)
-        if table == "follows":  # its clean table is the graph: count the accepted changes
-            counts["clean"] = tagged.where(F.col("reason").isNull()).count()
-        quarantined = located(wh, contract("quarantine", "rows"), ds, table)
-        assert quarantined is not None
-        check_share(table, counts, settings.max_quarantine_share, wh.uri(*quarantined))
-        if table == "follows":
-            prev_day = ds - dt.timedelta(days=1)
-            previous = (
-                read_partition(spark, wh, clean_c, prev_day)
-                if has_partition(wh, clean_c, prev_day)
-                else None
-            )
-            has_snapshot = any(not f.has_op for f in files)
-            if previous is None and not has_snapshot:
-                log.warning("no follow graph before %s and no snapshot: starting from empty", ds)
-            clean = apply_follows(previous, tagged, has_snapshot)
-            counts["snapshot"] = has_snapshot
-        else:
-            clean = clean_rows(tagged, table)
-        write_partition(clean, wh, clean_c, ds)
-        if table == "follows" and previous is not None:  # the graph as written against D-1's
-            if files:
-                counts.update(graph_change(previous, read_partition(spark, wh, clean_c, ds)))
-            else:  # no follow changes landed: the previous graph carried over as it was
-                edges = partition_rows(wh, clean_c, ds)
-                counts.update(edges_before=edges, edges=edges, edges_added=0, edges_removed=0)
-        if table != "follows":  # the clean rows as written
-            written = read_partition(spark, wh, clean_c, ds)
-            counts["clean"] = written.count()
-            id_col = DAILY_COUNTS[table][1]
-            per_id[table] = written.groupBy(id_col).agg(F.count("*").alias("n"))
-            if table == "views":  # the events' counts wait for the topics' matches
-                write_partition(per_id.pop(table), wh, contract("clean", "view_counts"), ds)
-        for df in cached:
-            df.unpersist()
-        stats[table] = counts
-        log.info("ingest %s %s: %s", table, ds, counts)
+        stats[table], counted = ingest_table(spark, settings, ds, wh, landing, table)
+        if counted is not None:
+            per_id[table] = counted
     topic_stats = ingest_topics(spark, settings, ds, wh, landing)
     # a topic's stream is counted like an account's: the rates stage reads one table
     matched = read_partition(spark, wh, contract("clean", "topic_events"), ds)
@@ -704,6 +650,85 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         "topics": topic_stats,
         "allowed_empty": list(settings.allow_empty),
     }
+
+
+def ingest_table(
+    spark: SparkSession,
+    settings: Settings,
+    ds: dt.date,
+    wh: Storage,
+    landing: Storage,
+    table: str,
+) -> tuple[dict[str, Any], DataFrame | None]:
+    """One landing table of the day: its quarantine is written first, then the accounting is
+    taken from the written rows against an independent count of the rows read, and the clean
+    table is written only if the quarantined share is within ``max_quarantine_share``.
+
+    Returns the table's row accounting and, for ``events``, the clean rows counted per
+    producer (written once the topics' matches are added; ``views`` writes its own)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    raw, files = read_landing(spark, landing, table, ds)
+    if raw is None:
+        log.info("no landing files for %s on %s", table, ds)
+        raw = empty_landing(spark, table)
+    cached = []
+    if table == "events":
+        base = tag_events(
+            raw, ds, settings.max_lateness_days, settings.max_attributes_bytes
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(base)
+        tagged = drop_known_events(spark, wh, base, ds, settings.max_lateness_days)
+    elif table == "views":
+        tagged = tag_views(raw, ds, settings.max_lateness_days)
+    else:
+        tagged = tag_follows(raw, ds)
+    if table != "views" and all(tagged is not d for d in cached):  # a window ran: do not
+        tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)  # compute it twice
+        cached.append(tagged)
+    write_partition(
+        quarantine_rows(tagged, table), wh, contract("quarantine", "rows"), ds, table=table
+    )
+    counts = accounting(spark, wh, table, ds, raw.count())
+    clean_c = contract("clean", table)
+    if table == "follows":  # its clean table is the graph: count the accepted changes
+        counts["clean"] = tagged.where(F.col("reason").isNull()).count()
+    quarantined = located(wh, contract("quarantine", "rows"), ds, table)
+    assert quarantined is not None
+    check_share(table, counts, settings.max_quarantine_share, wh.uri(*quarantined))
+    previous = None
+    if table == "follows":
+        prev_day = ds - dt.timedelta(days=1)
+        if has_partition(wh, clean_c, prev_day):
+            previous = read_partition(spark, wh, clean_c, prev_day)
+        has_snapshot = any(not f.has_op for f in files)
+        if previous is None and not has_snapshot:
+            log.warning("no follow graph before %s and no snapshot: starting from empty", ds)
+        clean = apply_follows(previous, tagged, has_snapshot)
+        counts["snapshot"] = has_snapshot
+    else:
+        clean = clean_rows(tagged, table)
+    write_partition(clean, wh, clean_c, ds)
+    counted = None
+    if table == "follows" and previous is not None:  # the graph as written against D-1's
+        if files:
+            counts.update(graph_change(previous, read_partition(spark, wh, clean_c, ds)))
+        else:  # no follow changes landed: the previous graph carried over as it was
+            edges = partition_rows(wh, clean_c, ds)
+            counts.update(edges_before=edges, edges=edges, edges_added=0, edges_removed=0)
+    if table != "follows":  # the clean rows as written
+        written = read_partition(spark, wh, clean_c, ds)
+        counts["clean"] = written.count()
+        id_col = DAILY_COUNTS[table][1]
+        counted = written.groupBy(id_col).agg(F.count("*").alias("n"))
+        if table == "views":  # the events' counts wait for the topics' matches
+            write_partition(counted, wh, contract("clean", "view_counts"), ds)
+            counted = None
+    for df in cached:
+        df.unpersist()
+    log.info("ingest %s %s: %s", table, ds, counts)
+    return counts, counted
 
 
 class TopicsUnsupported(ContractError):
