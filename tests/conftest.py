@@ -18,6 +18,11 @@ import pytest
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Every driver the tests start (this process's, `feedpipe` subprocesses, the DAG's tasks, a
+# Connect server) compiles with C1 only: the suite's days are small and its two processes
+# share two cores, where C2's compilations cost more CPU than they save
+# (bench/jvm_options.py; docs/operations.md, "Driver JVM options").
+os.environ.setdefault("FEEDPIPE_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 TEST_SPARK = {"spark.driver.memory": "2g"}
 

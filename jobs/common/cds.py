@@ -97,11 +97,21 @@ def current_archive() -> Path | None:
     return found[0] if len(found) == 1 else None  # build() keeps one
 
 
+JAVA_OPTIONS_ENV = "FEEDPIPE_JAVA_OPTIONS"
+"""JVM options added to every driver's, after the collector and the archive: a place for an
+operator's own flags that keeps both (``spark.driver.extraJavaOptions`` in ``spark_conf``
+replaces them). The test suite sets ``-XX:TieredStopAtLevel=1`` there (docs/operations.md,
+"Driver JVM options")."""
+
+
 def driver_java_options() -> str:
     """``spark.driver.extraJavaOptions`` for a driver on this machine: the collector
-    (:data:`GC_OPTIONS`) and the class archive, when there is one."""
+    (:data:`GC_OPTIONS`), the class archive when there is one, then
+    ``FEEDPIPE_JAVA_OPTIONS``."""
     archive = current_archive()
-    return f"{GC_OPTIONS} -XX:SharedArchiveFile={archive}" if archive else GC_OPTIONS
+    options = f"{GC_OPTIONS} -XX:SharedArchiveFile={archive}" if archive else GC_OPTIONS
+    extra = os.environ.get(JAVA_OPTIONS_ENV, "").strip()
+    return f"{options} {extra}" if extra else options
 
 
 def build(force: bool = False) -> Path:

@@ -68,6 +68,7 @@ def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
     from jobs.common.cds import current_archive
 
     monkeypatch.delenv("FEEDPIPE_CDS", raising=False)
+    monkeypatch.delenv("FEEDPIPE_JAVA_OPTIONS", raising=False)
     archive = current_archive()
     assert archive is not None  # make install builds it (tests/test_cds.py)
     task = load_dag().get_task("plan_views")

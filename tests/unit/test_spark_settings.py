@@ -14,7 +14,8 @@ from jobs.common.config import ConfigError, Settings
 from jobs.common.spark import connect_server_command, local_cores, spark_defaults
 
 
-def test_install_built_an_archive_for_this_spark_and_jvm():
+def test_install_built_an_archive_for_this_spark_and_jvm(monkeypatch):
+    monkeypatch.delenv("FEEDPIPE_JAVA_OPTIONS", raising=False)
     archive = current_archive()
     assert archive is not None, "make install (python -m jobs.common.cds) builds the archive"
     assert archive == archive_path()  # named after this pyspark and this JVM's build
@@ -24,6 +25,7 @@ def test_install_built_an_archive_for_this_spark_and_jvm():
 
 def test_sessions_pass_the_archive_to_the_driver(monkeypatch):
     """(The DAG's tasks: tests/unit/test_dag_file.py.)"""
+    monkeypatch.delenv("FEEDPIPE_JAVA_OPTIONS", raising=False)
     option = driver_java_options()
     assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == option
     own = Settings(spark_conf={"spark.driver.extraJavaOptions": "-Xss4m"})
@@ -31,6 +33,19 @@ def test_sessions_pass_the_archive_to_the_driver(monkeypatch):
     monkeypatch.setenv("FEEDPIPE_CDS", "off")  # no archive, the collector stays
     assert driver_java_options() == "-XX:+UseParallelGC"
     assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+
+
+def test_operator_java_options_come_after_the_collector_and_the_archive(monkeypatch):
+    monkeypatch.setenv("FEEDPIPE_JAVA_OPTIONS", " -Xss4m -XX:TieredStopAtLevel=1 ")
+    archive = current_archive()
+    assert archive is not None
+    expected = f"-XX:+UseParallelGC -XX:SharedArchiveFile={archive} -Xss4m -XX:TieredStopAtLevel=1"
+    assert driver_java_options() == expected
+    assert spark_defaults(Settings())["spark.driver.extraJavaOptions"] == expected
+    monkeypatch.setenv("FEEDPIPE_CDS", "off")
+    assert driver_java_options() == "-XX:+UseParallelGC -Xss4m -XX:TieredStopAtLevel=1"
+    monkeypatch.setenv("FEEDPIPE_JAVA_OPTIONS", "")
+    assert driver_java_options() == "-XX:+UseParallelGC"
 
 
 def test_the_server_command_carries_the_stage_settings():

@@ -1,0 +1,106 @@
+"""Driver JIT on small days: a two-day ``feedpipe backfill`` of ``ff2010`` at a small scale,
+with the drivers' default JIT (tiered, C1 then C2) and with ``FEEDPIPE_JAVA_OPTIONS=
+-XX:TieredStopAtLevel=1`` (C1 only), alternated in one run.
+
+    python -m bench.jvm_options [--scale 0.002] [--reps 2] [--work var/bench/jvm]
+
+Each backfill is its own process (one driver JVM for both days, as ``feedpipe backfill``
+runs), one strategy (FF-PerPair). Reported per variant: the wall seconds and the CPU seconds
+of the whole machine during the run (``/proc/stat``: run it on an otherwise idle machine),
+their medians, and the ratio of each to the default's. On a CPU-bound machine (the test
+suite's two processes on two cores) the CPU seconds are what the wall time follows. Writes
+``bench/results/jvm_options_ff2010_<scale>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import ROOT, provenance
+from jobs.common.storage import Storage
+from jobs.workloads.generate import PROFILES, generate, scaled
+
+START = dt.date(2026, 1, 1)
+SEED = 5
+VARIANTS = {"default": "", "c1-only": "-XX:TieredStopAtLevel=1"}
+
+
+def busy_seconds() -> float:
+    """CPU seconds every processor of the machine spent outside idle and I/O wait."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system = (int(x) for x in fields[:3])
+    irq, softirq, steal = (int(x) for x in fields[5:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def backfill(landing: Path, warehouse: Path, java_options: str) -> tuple[float, float]:
+    shutil.rmtree(warehouse, ignore_errors=True)
+    env = {**os.environ, "FEEDPIPE_JAVA_OPTIONS": java_options, "FEEDPIPE_FEED_K": "5"}
+    env.update(FEEDPIPE_STRATEGY="ff-per-pair", FEEDPIPE_STRATEGIES="ff-per-pair")
+    end = START + dt.timedelta(days=1)
+    cmd = [sys.executable, "-m", "jobs", "backfill", "--start", str(START), "--end", str(end)]
+    cmd += ["--landing", str(landing), "--warehouse", str(warehouse), "-q"]
+    cpu, wall = busy_seconds(), time.monotonic()
+    subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=ROOT)
+    return time.monotonic() - wall, busy_seconds() - cpu
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=0.002)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--work", default="var/bench/jvm")
+    args = ap.parse_args(argv)
+    work = Path(args.work).resolve()
+    landing = work / f"landing_{args.scale}"
+    if not landing.exists():
+        generate(
+            Storage.at(str(landing)), START, 2, scaled(PROFILES["ff2010"], args.scale), seed=SEED
+        )
+    runs: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    backfill(landing, work / "warm-up", "")  # the page cache and the class archive
+    for _ in range(args.reps):
+        for name, options in VARIANTS.items():
+            runs[name].append(backfill(landing, work / f"wh-{name}", options))
+    med = {
+        v: {
+            "wall_s": statistics.median(w for w, _ in r),
+            "cpu_s": statistics.median(c for _, c in r),
+        }
+        for v, r in runs.items()
+    }
+    result: dict[str, Any] = {
+        "scale": args.scale,
+        "reps": args.reps,
+        "runs": {
+            v: [{"wall_s": round(w, 1), "cpu_s": round(c, 1)} for w, c in r]
+            for v, r in runs.items()
+        },
+        "median": {v: {k: round(x, 1) for k, x in m.items()} for v, m in med.items()},
+        "ratio_to_default": {
+            v: {k: round(m[k] / med["default"][k], 3) for k in m} for v, m in med.items()
+        },
+        **provenance({"java_options": VARIANTS, "days": 2, "strategies": ["ff-per-pair"]}),
+    }
+    out = ROOT / "bench" / "results" / f"jvm_options_ff2010_{args.scale}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print("| driver JIT | wall s (median) | CPU s (median) | wall / default | CPU / default |")
+    print("|---|---|---|---|---|")
+    for v, m in med.items():
+        r = result["ratio_to_default"][v]
+        print(f"| {v} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {r['wall_s']} | {r['cpu_s']} |")
+    return result
+
+
+if __name__ == "__main__":
+    main()
