@@ -31,7 +31,7 @@ from jobs.common.spark import parallelism
 from jobs.selection.cost import CostModel
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 MAX_ROUNDS = 64
 ROUND_PAIRS = 4
@@ -271,13 +271,27 @@ def _containment(per_user: int, first_round: int):  # type: ignore[no-untyped-de
     return run
 
 
-def components(memberships: DataFrame) -> DataFrame:
+DRIVER_MEMBERSHIPS = 200_000
+"""A user-view graph of at most this many (view, user) memberships has its components found
+on the driver (:func:`components_on_driver`, well under a second at this size) instead of by
+label propagation in Spark, whose rounds (two shuffles and a checkpoint each, and a check)
+cost seconds however small the graph (docs/shared-views.md, "Independent parts")."""
+
+
+def components(memberships: DataFrame, driver_limit: int | None = DRIVER_MEMBERSHIPS) -> DataFrame:
     """``consumer_id, component``: the smallest consumer id reachable through shared views.
 
-    Consumers without any view are not listed (each is a component of its own)."""
+    Consumers without any view are not listed (each is a component of its own). A graph of at
+    most ``driver_limit`` memberships is collected and joined on the driver; a larger one
+    (or any, with ``None``) by min-label propagation in Spark. Both give the same rows."""
     from pyspark.sql import functions as F
 
-    m = memberships.select("view_id", "consumer_id").distinct().persist()
+    pairs = memberships.select("view_id", "consumer_id").distinct()
+    if driver_limit is not None:
+        head = pairs.limit(driver_limit + 1).collect()  # bounded by the limit
+        if len(head) <= driver_limit:
+            return components_on_driver(memberships.sparkSession, [(v, c) for v, c in head])
+    m = pairs.persist()
     label = m.select("consumer_id").distinct().withColumn("component", F.col("consumer_id"))
     for _ in range(MAX_ROUNDS):
         per_view = (
@@ -299,6 +313,34 @@ def components(memberships: DataFrame) -> DataFrame:
     return label
 
 
+def components_on_driver(spark: SparkSession, pairs: list[tuple[str, str]]) -> DataFrame:
+    """:func:`components` of the (view, consumer) ``pairs`` by union-find: the users of each
+    view are joined to its first user, and a set's root is always its smallest id (the
+    larger root goes under the smaller; Python's and Spark's string orders agree)."""
+    import pandas as pd
+
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    first: dict[str, str] = {}
+    for view, user in pairs:
+        parent.setdefault(user, user)
+        a, b = find(user), find(first.setdefault(view, user))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    frame = pd.DataFrame(
+        [(u, find(u)) for u in sorted(parent)], columns=["consumer_id", "component"]
+    )
+    return spark.createDataFrame(frame, "consumer_id string, component string")
+
+
 PART_ROWS = (
     "kind string, consumer_id string, producer_id string, mode string, source_id string, "
     "cost double, ff_cost double"
@@ -308,7 +350,12 @@ materialized view's producer: source_id = view id) and one ``p`` row per part (s
 part, mode = ``selected`` or ``fallback``, the part's modeled cost and FF-PerPair's)."""
 
 
-def parts(users: DataFrame, memberships: DataFrame, part_users: int) -> tuple[DataFrame, int]:
+def parts(
+    users: DataFrame,
+    memberships: DataFrame,
+    part_users: int,
+    driver_limit: int | None = DRIVER_MEMBERSHIPS,
+) -> tuple[DataFrame, int]:
     """``consumer_id, part, grp`` for every user in ``users`` and the number of groups.
 
     A part is a connected component of the user-view graph (:func:`components`; a user in no
@@ -321,7 +368,7 @@ def parts(users: DataFrame, memberships: DataFrame, part_users: int) -> tuple[Da
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    comp = components(memberships)
+    comp = components(memberships, driver_limit)
     anchor = memberships.groupBy("consumer_id").agg(F.min("view_id").alias("anchor"))
     u = (
         users.select("consumer_id")
@@ -408,11 +455,13 @@ def _planner(algorithm: str, push_cost: float, pull_cost: float):  # type: ignor
 class ViewParams:
     """How shared views are planned at scale (docs/shared-views.md): the prices, parts of about
     ``part_users`` users planned independently, each user weighing at most ``user_views``
-    candidate views."""
+    candidate views; the parts' components found on the driver up to ``driver_memberships``
+    memberships (``None``: always in Spark)."""
 
     model: CostModel
     part_users: int = 32000
     user_views: int = 30
+    driver_memberships: int | None = DRIVER_MEMBERSHIPS
 
 
 def select_views(
@@ -478,7 +527,7 @@ def select_views(
 
     memberships = view_users(cands, act, params.user_views).localCheckpoint()
     lap("memberships")
-    where, groups = parts(per_user, memberships, params.part_users)
+    where, groups = parts(per_user, memberships, params.part_users, params.driver_memberships)
     lap("parts")
     user_rows = per_user.join(where, "consumer_id").select(
         F.lit("u").alias("kind"),

@@ -272,7 +272,8 @@ def test_view_users_verified_in_rounds_keep_each_users_largest_views(
     assert sum(len(c.users) for c in views.candidate_views(p, False)) > 3 * len(p.follows)
 
 
-def test_components_join_users_through_shared_views(spark):
+@pytest.mark.parametrize("where", ["driver", "spark"])
+def test_components_join_users_through_shared_views(spark, where):
     from jobs.selection import shared
 
     m = spark.createDataFrame(
@@ -289,9 +290,34 @@ def test_components_join_users_through_shared_views(spark):
         ],
         "view_id string, consumer_id string",
     )
-    got = {r.consumer_id: r.component for r in shared.components(m).collect()}
+    limit = shared.DRIVER_MEMBERSHIPS if where == "driver" else None
+    got = {r.consumer_id: r.component for r in shared.components(m, limit).collect()}
     # a-b (v1), b-c (v2), c-f (v5): one chain; d-e (v3, v4): another
     assert got == {"a": "a", "b": "a", "c": "a", "f": "a", "d": "d", "e": "d"}
+
+
+def test_components_on_the_driver_and_in_spark_agree_on_random_graphs(spark):
+    """Both ways of finding the parts' components give the same rows; one membership over the
+    limit goes to Spark. Ids with non-ASCII characters check that both order strings alike."""
+    from jobs.selection import shared
+
+    rng = random.Random(11)
+    users = [f"u{i:03d}" for i in range(120)] + ["zoë", "Ünal", "é1", "🦉"]
+    pairs = sorted({(f"v{rng.randrange(90)}", rng.choice(users)) for _ in range(160)})
+    m = spark.createDataFrame(pairs, "view_id string, consumer_id string")
+
+    def run(limit: int | None) -> tuple[list[tuple[str, str]], str]:
+        df = shared.components(m, limit)
+        # the driver's rows come back as a local relation, Spark's as a checkpoint
+        kind = df._jdf.queryExecution().logical().getClass().getSimpleName()
+        return sorted(tuple(r) for r in df.collect()), kind
+
+    in_spark, kind = run(None)
+    assert kind == "LogicalRDD"
+    assert run(len(pairs)) == (in_spark, "LocalRelation")  # at the limit: the driver
+    assert run(len(pairs) - 1) == (in_spark, "LogicalRDD")  # one over: Spark
+    labels = [c for _, c in in_spark]
+    assert 5 < len(set(labels)) < len(labels)  # several components, some of several users
 
 
 def test_plan_part_never_costs_more_than_ff_per_pair():
