@@ -152,7 +152,9 @@ def test_a_day_on_a_standalone_cluster_equals_the_local_run(cluster, baseline, t
     master, ui, work_dirs = cluster
     landing, local = baseline
     on_cluster = str(tmp_path / "wh_cluster")
+    # the executors compile as the suite's drivers do (tests/conftest.py): C1 only
     conf = "spark.executor.memory=1g,spark.cores.max=2"
+    conf += f",spark.executor.extraJavaOptions={os.environ.get('FEEDPIPE_JAVA_OPTIONS', '')}"
     run_elsewhere(landing, on_cluster, "--spark-master", master, FEEDPIPE_SPARK_CONF=conf)
 
     # the work ran on the cluster: the application is there, with an executor on each worker
