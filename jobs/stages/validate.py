@@ -1,4 +1,5 @@
-"""Stage ``validate``: Great Expectations suites over the day's tables, run inside Spark.
+"""Stage ``validate``: Great Expectations suites over the day's tables, run inside Spark, or
+on the driver with its pandas engine on a small day (:data:`DRIVER_ROWS`).
 
 Suites live in ``schemas/expectations/<name>.json``; each runs on a *check frame*: the table
 itself, or the table with derived columns that turn a relational property into a column
@@ -24,11 +25,13 @@ from jobs.common.tables import (
     DAILY_COUNTS,
     contract,
     has_partition,
+    partition_rows,
     read_partition,
     schemas_root,
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -400,6 +403,43 @@ def gates_frame(spark: SparkSession, day_gates: list[dict[str, Any]]) -> DataFra
     return spark.createDataFrame([tuple(g.values()) for g in day_gates], GATES_SCHEMA)
 
 
+CHECKED_TABLES = (
+    ("clean", "follows"),
+    ("clean", "events"),
+    ("clean", "views"),
+    ("rates", "producer_rates"),
+    ("rates", "consumer_rates"),
+    ("plan", "edge_plan"),
+    ("plan", "plan_cost"),
+    ("feeds", "producer_feed"),
+    ("feeds", "consumer_feed"),
+    ("feeds", "view_feed"),
+    ("feeds", "event_store"),
+)
+"""The tables :func:`check_frames` builds its frames from (the accounting and gate frames
+are a few rows each)."""
+
+DRIVER_ROWS = 200_000
+"""A day whose tables that ``validate`` reads hold at most this many rows in all (their Parquet
+footers say, before any query) has its check frames validated on the driver: each frame
+collected (at most this many rows, a few MB) and checked by Great Expectations' pandas engine.
+The same suites and verdicts as inside Spark, without the hundred-odd small Spark queries the
+Spark engine runs for a day's 60 expectations (docs/operations.md, "Validation on the
+driver")."""
+
+
+def driver_frame(frame: DataFrame, limit: int) -> pd.DataFrame | None:
+    """``frame`` on the driver as pandas, or None when it has more than ``limit`` rows (the
+    collect is bounded: at most ``limit + 1`` rows reach the driver)."""
+    rows = frame.limit(limit + 1).toPandas()
+    return None if len(rows) > limit else rows
+
+
+def input_rows(wh: Storage, ds: dt.date) -> int:
+    """Rows of the day's tables that the check frames read, from their Parquet footers."""
+    return sum(partition_rows(wh, contract(layer, name), ds) for layer, name in CHECKED_TABLES)
+
+
 def load_suite(name: str) -> dict[str, Any]:
     path = schemas_root() / "expectations" / f"{name}.json"
     return json.loads(path.read_text(encoding="utf-8"))
@@ -410,6 +450,7 @@ def validate_frames(
     parameters: dict[str, Any],
     docs_dir: Path | None = None,
     keep: frozenset[str] = KEPT_FRAMES,
+    driver_rows: int = 0,
 ) -> dict[str, Any]:
     """Run each frame's suite; returns {"success", "suites": {name: {...}}}. Pure of storage
     (Data Docs go to ``docs_dir`` when given). Frames named in ``keep`` are persisted while
@@ -439,17 +480,22 @@ def validate_frames(
             },
         )
     source = ctx.data_sources.add_spark("feedpipe", persist=False)
-    out: dict[str, Any] = {"success": True, "suites": {}}
+    on_driver = ctx.data_sources.add_pandas("feedpipe-driver")
+    out: dict[str, Any] = {"success": True, "suites": {}, "engines": {}}
     for name, frame in sorted(frames.items()):
         spec = load_suite(name)
         suite = ctx.suites.add(
             gx.ExpectationSuite(name=name, expectations=spec["expectations"], meta=spec.get("meta"))
         )
-        batch_def = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("ds")
+        small = driver_frame(frame, driver_rows) if driver_rows else None
+        where = source if small is None else on_driver
+        batch_def = where.add_dataframe_asset(name).add_batch_definition_whole_dataframe("ds")
         vd = ctx.validation_definitions.add(
             gx.ValidationDefinition(name=name, data=batch_def, suite=suite)
         )
-        if name in keep:
+        if small is not None:
+            frame = small
+        elif name in keep:
             frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         for samples in (0, 20):  # the second pass only for a failed suite
             checkpoint = ctx.checkpoints.add(
@@ -468,8 +514,9 @@ def validate_frames(
             (vr,) = result.run_results.values()
             if vr.success:
                 break
-        if name in keep:
+        if small is None and name in keep:
             frame.unpersist()
+        out["engines"][name] = "spark" if small is None else "driver"
         failed = []
         for r in vr.results:
             cfg = r.expectation_config
@@ -548,7 +595,10 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         frames = check_frames(spark, settings, ds, wh, day_gates)
     quality = ledger.quality_parts(ds)
     with tempfile.TemporaryDirectory(prefix="feedpipe-docs-") as tmp:
-        results = validate_frames(frames, {"feed_k": settings.feed_k}, Path(tmp))
+        small = input_rows(wh, ds) <= DRIVER_ROWS
+        results = validate_frames(
+            frames, {"feed_k": settings.feed_k}, Path(tmp), driver_rows=DRIVER_ROWS if small else 0
+        )
         wh.delete(*quality, "docs")
         _copy_tree(Path(tmp), wh, *quality, "docs")
     results["ds"] = ds.isoformat()

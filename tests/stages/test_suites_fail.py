@@ -125,21 +125,42 @@ def corrupted(spark, settings) -> dict[str, tuple]:
     }
 
 
+ENGINES = {"spark": 0, "driver": validate.DRIVER_ROWS}
+"""Where the suites run: Great Expectations' Spark engine, or pandas on the driver (a small
+day's frames, ``validate.DRIVER_ROWS``); both must give the same verdicts."""
+
+
+def failures(results: dict) -> dict[str, list]:
+    return {
+        n: sorted((f["expectation"], str(f["kwargs"]), f["unexpected_count"]) for f in r["failed"])
+        for n, r in results["suites"].items()
+    }
+
+
 def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, built_copy):
     s = dataclasses.replace(built_copy, strategy="auto")  # the cost gate applies under auto
     frames = corrupted(spark, s)
     suites = sorted(p.stem for p in validate.schemas_root().joinpath("expectations").glob("*.json"))
     assert sorted(frames) == suites, "a suite without a corruption here"
     params = {"feed_k": s.feed_k}
-    good = validate.validate_frames({n: g for n, (g, _) in frames.items()}, params)
-    assert {n: r["success"] for n, r in good["suites"].items()} == dict.fromkeys(suites, True)
-    bad = validate.validate_frames({n: b for n, (_, b) in frames.items()}, params)
-    passed = [n for n, r in bad["suites"].items() if r["success"]]
-    assert passed == [], f"suites that let their corrupted input through: {passed}"
-    for name, r in bad["suites"].items():
-        assert r["failed"], name
-    failed = {f["kwargs"].get("column_A") for f in bad["suites"]["plan.plan_cost"]["failed"]}
-    assert failed == {"min_pure_cost", "cheapest_cost"}
+    seen = {}
+    for engine, rows in ENGINES.items():
+        good = validate.validate_frames(
+            {n: g for n, (g, _) in frames.items()}, params, None, driver_rows=rows
+        )
+        assert {n: r["success"] for n, r in good["suites"].items()} == dict.fromkeys(suites, True)
+        bad = validate.validate_frames(
+            {n: b for n, (_, b) in frames.items()}, params, None, driver_rows=rows
+        )
+        assert set(bad["engines"].values()) == {engine}
+        passed = [n for n, r in bad["suites"].items() if r["success"]]
+        assert passed == [], f"{engine}: suites that let their corrupted input through: {passed}"
+        for name, r in bad["suites"].items():
+            assert r["failed"], (engine, name)
+        failed = {f["kwargs"].get("column_A") for f in bad["suites"]["plan.plan_cost"]["failed"]}
+        assert failed == {"min_pure_cost", "cheapest_cost"}
+        seen[engine] = failures(bad)
+    assert seen["driver"] == seen["spark"]
 
 
 def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, built_copy):
@@ -169,8 +190,10 @@ def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, 
             check = validate.pushed_edge_check(check, edge_plan)
         frames[name] = validate.in_store_check(check, broken)
         expected[name] = feed.where(F.col("event_id").isin(lost, shifted)).count()
-    got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k})
-    for name, r in got["suites"].items():
-        assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in r["failed"]] == [
-            ("in_event_store", expected[name])
-        ], name
+    for engine, rows in ENGINES.items():
+        got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=rows)
+        assert set(got["engines"].values()) == {engine}
+        for name, r in got["suites"].items():
+            assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in r["failed"]] == [
+                ("in_event_store", expected[name])
+            ], (engine, name)

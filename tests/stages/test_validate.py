@@ -15,7 +15,7 @@ import pytest
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
 from jobs.common.versions import locate
-from jobs.stages import runner
+from jobs.stages import runner, validate
 from jobs.stages.publish import PublishRefused
 from jobs.stages.validate import ValidationFailed, accounting_check
 from support import browser
@@ -23,7 +23,14 @@ from support.paths import version
 from support.workloads import LAST
 
 
-def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_copy):
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+def test_a_corrupted_feed_fails_validation_and_is_not_published(
+    spark, built_copy, engine, monkeypatch
+):
+    """On the churn day, small enough for the driver, and on Spark (a day above
+    ``DRIVER_ROWS``, here the bound lowered to 0)."""
+    if engine == "spark":
+        monkeypatch.setattr(validate, "DRIVER_ROWS", 0)
     ds = LAST
     folder = version(built_copy.warehouse, "feeds", "consumer_feed", ds)
     files = sorted(folder.glob("*.parquet"))
@@ -40,6 +47,7 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(spark, built_cop
         (Path(built_copy.warehouse) / "quality" / f"ds={ds}" / "results.json").read_text()
     )
     assert not results["success"]
+    assert set(results["engines"].values()) == {engine}
     (failed,) = results["suites"]["feeds.consumer_feed"]["failed"]
     # the failed suite ran again with samples: rank 2 is now newer than rank 1
     assert (failed["unexpected_count"], failed["sample"]) == (1, [False]), failed
