@@ -22,13 +22,14 @@ def free_port() -> int:
 
 @contextmanager
 def s3_server() -> Iterator[dict[str, str]]:
-    """moto's S3 server in its own process, accepting multipart parts from 1 KiB (AWS: 5 MiB)
-    so small test files can go up in several parts. Yields the environment that points boto3,
-    pyarrow and S3A at it."""
+    """moto's S3 server in its own process (``support.moto_main``), accepting multipart parts
+    from 1 KiB (AWS: 5 MiB) so small test files can go up in several parts. Yields the
+    environment that points boto3, pyarrow and S3A at it."""
     port = free_port()
     env = {**os.environ, "S3_UPLOAD_PART_MIN_SIZE": "1024"}
+    server = [sys.executable, str(Path(__file__).with_name("moto_main.py"))]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [*server, "-H", "127.0.0.1", "-p", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
