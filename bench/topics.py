@@ -60,15 +60,19 @@ def workload(folder: Path, n_events: int, n_topics: int, seed: int) -> tuple[Pat
 
 
 def spark_matcher(spark, ev: Path, tp: Path, out: Path) -> dict[str, Any]:
+    from pyspark import StorageLevel
+
     from jobs.stages.topics import candidates, match, parse_topics
 
     events = spark.read.parquet(str(ev))
     t0 = time.perf_counter()
-    parsed = parse_topics(spark.read.parquet(str(tp)))
+    # parsed once and kept, as ``ingest`` keeps the day's tagged definitions
+    parsed = parse_topics(spark.read.parquet(str(tp))).persist(StorageLevel.MEMORY_AND_DISK)
     match(events, parsed).write.mode("overwrite").parquet(str(out / "matches"))
     seconds = time.perf_counter() - t0
     matches = pq.ParquetDataset(out / "matches").read().num_rows
-    n_candidates = candidates(events, parse_topics(spark.read.parquet(str(tp)))).count()
+    n_candidates = candidates(events, parsed).count()
+    parsed.unpersist()
     return {"seconds": seconds, "candidates": n_candidates, "matches": matches}
 
 

@@ -117,39 +117,47 @@ def _holds(attributes: Column, term: Column) -> Column:
     )
 
 
-def match(events: DataFrame, topics: DataFrame) -> DataFrame:
-    """``topic_id, event_id``, each pair once, for ``events`` (``event_id``, ``attributes``
-    map<string,string>) and parsed ``topics`` (``topic_id``, ``terms``; rows with null
+def match(events: DataFrame, topics: DataFrame, *carry: str) -> DataFrame:
+    """``topic_id, event_id`` (and the events' columns ``carry``), each pair once, for
+    ``events`` (``event_id``, ``attributes`` map<string,string> with unique keys, as
+    ``ingest`` writes them) and parsed ``topics`` (``topic_id``, ``terms``; rows with null
     ``terms`` are ignored)."""
     from pyspark.sql import functions as F
 
-    good = topics.where(F.col("terms").isNotNull()).select("topic_id", "terms")
-    ev = events.select("event_id", "attributes")
     return (
-        candidates(events, topics)
-        .join(good, "topic_id")
-        .join(ev, "event_id")
+        _candidates(events, topics, carry)
         .where(F.forall("terms", lambda t: _holds(F.col("attributes"), t)))
-        .select("topic_id", "event_id")
+        .select("topic_id", "event_id", *carry)
     )
 
 
 def candidates(events: DataFrame, topics: DataFrame) -> DataFrame:
     """``topic_id, event_id``, each pair once: the events each topic's access predicate
     finds (a superset of its matches; :func:`match` checks every term on them)."""
+    return _candidates(events, topics, ()).select("topic_id", "event_id")
+
+
+def _candidates(events: DataFrame, topics: DataFrame, carry: tuple[str, ...]) -> DataFrame:
+    """The candidate pairs with what checking them needs beside them: the topic's ``terms``
+    and the event's ``attributes`` (and ``carry``), joined to each side where the access
+    predicate meets it, so the candidates themselves are never shuffled.
+
+    Each pair comes once without a ``distinct``: a topic takes exactly one path; through an
+    attribute, or every event, an event meets a topic once (its attributes' keys are unique);
+    through equality keys an event's value gives its text key and, when it is a number, its
+    numeric key, so a topic listing both (``IN (5, '5')``) would meet it twice: the text
+    key's row is dropped when the topic's keys hold the event's numeric key."""
     from pyspark.sql import functions as F
 
     good = topics.where(F.col("terms").isNotNull()).select("topic_id", "terms")
-    ev = events.select("event_id", "attributes")
-    pairs = ev.select("event_id", F.explode("attributes").alias("attribute", "value"))
-    event_keys = pairs.select(
-        "event_id", "attribute", _key("s", F.col("value")).alias("key")
-    ).unionByName(
-        pairs.where(F.col("value").rlike(NUMBER_RE)).select(
-            "event_id",
-            "attribute",
-            _key("n", F.col("value").try_cast("double")).alias("key"),
-        )
+    ev = events.select("event_id", "attributes", *carry)
+    pairs = ev.select("*", F.explode("attributes").alias("attribute", "value"))
+    numeric = F.when(F.col("value").rlike(NUMBER_RE), _key("n", F.col("value").try_cast("double")))
+    event_keys = (
+        pairs.withColumn("nkey", numeric)
+        .select("*", F.explode(F.array(_key("s", F.col("value")), F.col("nkey"))).alias("key"))
+        .where(F.col("key").isNotNull())
+        .drop("value")
     )
     # every equality-like term of every topic, with its (attribute, key) pairs
     terms = good.select("topic_id", F.posexplode("terms").alias("pos", "t"))
@@ -180,25 +188,35 @@ def candidates(events: DataFrame, topics: DataFrame) -> DataFrame:
         .agg(F.sum(F.coalesce("n", F.lit(0))).alias("n"))
     )
     best = weight.groupBy("topic_id").agg(F.min(F.struct("n", "pos"))["pos"].alias("pos"))
-    access = eq_keys.join(best, ["topic_id", "pos"]).select("topic_id", "attribute", "key")
-    by_equality = access.join(event_keys, ["attribute", "key"]).select("topic_id", "event_id")
+    access = (
+        eq_keys.join(best, ["topic_id", "pos"])
+        .groupBy("topic_id")
+        .agg(F.first("attribute").alias("attribute"), F.collect_set("key").alias("keys"))
+        .join(good, "topic_id")
+        .select("topic_id", "terms", "attribute", "keys", F.explode("keys").alias("key"))
+    )
+    by_equality = event_keys.join(access, ["attribute", "key"]).where(
+        ~F.col("key").startswith("s:")
+        | ~F.coalesce(F.array_contains("keys", F.col("nkey")), F.lit(False))
+    )
 
     # topics without an equality term: through an ordering term's attribute, or every event
-    indexed = best.select("topic_id")
-    rest = good.join(indexed, "topic_id", "left_anti")
-    ordering = rest.select(
-        "topic_id",
-        F.filter("terms", lambda t: t["op"].isin("<", "<=", ">", ">=")).alias("o"),
+    rest = good.join(best.select("topic_id"), "topic_id", "left_anti").withColumn(
+        "o", F.filter("terms", lambda t: t["op"].isin("<", "<=", ">", ">="))
     )
     by_attribute = (
-        ordering.where(F.size("o") > 0)
-        .select("topic_id", F.col("o")[0]["attribute"].alias("attribute"))
-        .join(pairs.select("event_id", "attribute"), "attribute")
-        .select("topic_id", "event_id")
+        rest.where(F.size("o") > 0)
+        .select("topic_id", "terms", F.col("o")[0]["attribute"].alias("attribute"))
+        .join(pairs.drop("value"), "attribute")
     )
-    by_all = ordering.where(F.size("o") == 0).select("topic_id").crossJoin(ev.select("event_id"))
+    by_all = rest.where(F.size("o") == 0).select("topic_id", "terms").crossJoin(ev)
 
-    return by_equality.unionByName(by_attribute).unionByName(by_all).distinct()
+    cols = ["topic_id", "event_id", "terms", "attributes", *carry]
+    return (
+        by_equality.select(cols)
+        .unionByName(by_attribute.select(cols))
+        .unionByName(by_all.select(cols))
+    )
 
 
 TOPIC_REASONS = (
@@ -277,7 +295,4 @@ def topic_events(events: DataFrame, topics: DataFrame) -> DataFrame:
     """``topic_id, event_id, producer_id, created_at``: the ``events`` (clean, with
     ``attributes``) that match each of the parsed ``topics`` in force, the author kept as
     ``producer_id``."""
-    pairs = match(events, topics)
-    return pairs.join(events.select("event_id", "producer_id", "created_at"), "event_id").select(
-        "topic_id", "event_id", "producer_id", "created_at"
-    )
+    return match(events, topics, "producer_id", "created_at")

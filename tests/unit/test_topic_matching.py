@@ -38,6 +38,8 @@ def test_matches_equal_brute_force_on_random_predicates_and_attributes(spark):
     # the paths without an equality term: ordering terms only, and != only
     defs += [("t_range", "score >= 1 AND score < 10"), ("t_ne", "cat != x AND lang != '1'")]
     defs += [("t_in", "region IN (1, x, 'x y')"), ("t_bad", "cat === x"), ("t_none", None)]
+    # a number and its text listed together: an event's "1" meets both keys, matched once
+    defs += [("t_both", "score IN (1, '1', 1e0)")]
     expected = {
         (t, e)
         for t, text in defs
@@ -57,4 +59,5 @@ def test_matches_equal_brute_force_on_random_predicates_and_attributes(spark):
     assert set(got) == expected
     # the random cases do reach every path
     assert any(t == "t_range" for t, _ in expected) and any(t == "t_ne" for t, _ in expected)
+    assert any(t == "t_both" and dict(events)[e]["score"] == "1" for t, e in expected)
     assert len(expected) > 200
