@@ -159,6 +159,9 @@ def connect_server_command(
             conf[key] = ",".join([*plugins, value] if value not in plugins else plugins)
         elif key not in settings.spark_conf:  # the operator's own setting stands
             conf[key] = value
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    if "ReservedCodeCacheSize" not in options:
+        conf["spark.driver.extraJavaOptions"] = f"{options} {SERVER_CODE_CACHE}".strip()
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     cmd = [submit, "--master", settings.spark_master, "--driver-memory", driver_memory]
     for key, value in conf.items():
@@ -183,6 +186,15 @@ CONNECT_SERVER_CONF = {
     "spark.sql.codegen.cache.maxEntries": "1000",
 }
 """Launch settings of ``feedpipe connect-server`` on top of :func:`spark_defaults`."""
+
+
+SERVER_CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
+"""The Connect server's room for compiled code, unless its driver options name their own:
+the JVM's default under tiered compilation, kept when ``FEEDPIPE_JAVA_OPTIONS`` asks for the
+first compiler only (``-XX:TieredStopAtLevel=1``), whose default is 48 MB. A long-lived server
+compiles the code of every stage run of every day it serves; with 48 MB its cache was full
+after 90 s of a two-day Airflow backfill and the JVM stopped ("Out of space in CodeCache"),
+taking the stages that used it down."""
 
 
 UNCOMPRESSED_CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}

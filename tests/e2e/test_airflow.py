@@ -148,6 +148,10 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
             states = sorted(r["state"] for r in filled)
             if len(filled) == len(BACKFILLED) and set(states) <= {"success", "failed"}:
                 break
+            # every task must succeed on its first try: a failed one ends the wait (rather
+            # than its retries), with what Airflow and the Connect server logged
+            failed = failed_tasks(af, filled)
+            assert not failed, f"{failed}\n{af.log_tail()}\n{server_tail(tmp_path / 'connect')}"
             assert time.monotonic() < deadline, f"backfill still {states}\n{af.log_tail()}"
             time.sleep(5)
         assert states == ["success"] * len(BACKFILLED), af.log_tail()
@@ -211,6 +215,24 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
 
 
 CONSUMER = "feeds_consumer_example"
+
+
+def failed_tasks(af, runs: list[dict]) -> list[tuple[str, str, str]]:
+    """(run, task, state) of the runs' tasks that failed or wait for a retry."""
+    return [
+        (r["dag_run_id"], t["task_id"], t["state"])
+        for r in runs
+        for t in af.api("GET", f"/api/v2/dags/feeds_daily/dagRuns/{r['dag_run_id']}/taskInstances")[
+            "task_instances"
+        ]
+        if t["state"] in ("failed", "up_for_retry", "upstream_failed")
+    ]
+
+
+def server_tail(root: Path) -> str:
+    """The end of the Connect server's log (``support.servers.connect_server``)."""
+    log = root / "server.log"
+    return "--- connect server\n" + (log.read_text()[-4000:] if log.exists() else "(no log)")
 
 
 def asset_triggered_runs(af, events: set[int]) -> list[tuple[dict, list[dict]]]:

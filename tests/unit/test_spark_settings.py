@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pyspark
@@ -46,6 +47,39 @@ def test_operator_java_options_come_after_the_collector_and_the_archive(monkeypa
     assert driver_java_options() == "-XX:+UseParallelGC -Xss4m -XX:TieredStopAtLevel=1"
     monkeypatch.setenv("FEEDPIPE_JAVA_OPTIONS", "")
     assert driver_java_options() == "-XX:+UseParallelGC"
+
+
+def code_cache_bytes(options: str) -> int:
+    """``ReservedCodeCacheSize`` of a JVM started with these options, as the JVM reports it."""
+    java = Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else "java"
+    out = subprocess.run(
+        [str(java), *options.split(), "-XX:+PrintFlagsFinal", "-version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (line,) = [x for x in out.splitlines() if " ReservedCodeCacheSize " in x]
+    return int(line.split("=")[1].split()[0])
+
+
+def test_a_c1_only_connect_server_keeps_the_default_room_for_compiled_code(monkeypatch):
+    """A server whose drivers run the first compiler only (as the test suite's do) would get
+    48 MB of code cache, which a long-lived server filled (its JVM then stopped); the server
+    keeps the 240 MB tiered compilation has, and an operator's own size stands."""
+    monkeypatch.setenv("FEEDPIPE_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
+    def server_options(settings: Settings) -> str:
+        cmd = connect_server_command(settings, "127.0.0.1", 1, "1g")
+        confs = dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--conf")
+        return confs["spark.driver.extraJavaOptions"]
+
+    tiered = code_cache_bytes("")
+    assert code_cache_bytes(driver_java_options()) == 48 * 2**20 < tiered  # what C1 alone has
+    options = server_options(Settings())
+    assert "-XX:TieredStopAtLevel=1" in options
+    assert code_cache_bytes(options) == tiered == 240 * 2**20
+    own = Settings(spark_conf={"spark.driver.extraJavaOptions": "-XX:ReservedCodeCacheSize=64m"})
+    assert code_cache_bytes(server_options(own)) == 64 * 2**20
 
 
 def test_the_server_command_carries_the_stage_settings():
