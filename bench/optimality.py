@@ -1,12 +1,14 @@
 """How far the view-selection strategies are from the optimum, on parts small enough to solve
 exactly (``jobs.selection.exact``: the cost model as an integer program, HiGHS), without Spark.
 
-    python -m bench.optimality [--graph cz2015|ff2010|gplus|wiki-vote] [--scale 0.05] \
+    python -m bench.optimality [--graph cz2015|ff2010|gplus|wiki-vote|higgs] [--scale 0.05] \
         [--parts 200] [--part-users 12] [--max-follows 10] [--seed 7]
 
 A graph's follows and true rates (generated profiles as ``feedpipe generate`` draws them;
 wiki-Vote, from ``../shared/data`` unless ``--wiki-vote PATH``, with the ``cz2015`` profile's
-rates drawn for its users and feeds as ``feedpipe import snap --activity`` does). A part is
+rates drawn for its users and feeds as ``feedpipe import snap --activity`` does; the Higgs
+week, from ``../shared/data`` unless ``--higgs PATH``, with its users' own activity as rates:
+:func:`higgs`). A part is
 the followers of one random feed that follow at most ``--max-follows`` feeds, at most
 ``--part-users`` of them, with their whole follow sets: users who share a feed, the
 interaction shared views exploit. On each part, every strategy's modeled cost (Eq. 5) against:
@@ -40,6 +42,7 @@ from jobs.selection import exact, views
 from jobs.workloads.generate import PROFILES, Population, scaled
 
 WIKI_VOTE = Path("../shared/data/wiki-vote/wiki-Vote.txt.gz")
+HIGGS = Path("../shared/data/higgs-twitter")
 PRICED = ("push-all", "pull-all", "ff-per-pair", *views.ALGORITHMS)
 STRATEGIES = (*PRICED, "auto (default)", "auto (all)")
 
@@ -66,6 +69,37 @@ def wiki_vote(path: Path, seed: int, H: float, L: float) -> views.Problem:
     theta = {u: float(pop.view_rate[i]) for i, u in enumerate(cons)}
     phi = {f: float(pop.event_rate[i]) for i, f in enumerate(prods)}
     return views.Problem(theta, {u: frozenset(fs) for u, fs in follows.items()}, phi, H, L)
+
+
+def higgs(src: Path, H: float, L: float) -> views.Problem:
+    """The Higgs week as ``feedpipe import higgs`` lands it: the retweet network as the
+    follows, and each user's actions of the week (retweets, mentions, replies) as both its
+    events and its views, as the importer writes them. Rates are actions per day, the
+    posterior mean under Jeffreys' prior (``(actions + 0.5) / 7``), so that a user seen only
+    as a follow target still has a small rate, as the ``rates`` stage gives one."""
+    import gzip
+    from collections import Counter
+
+    from jobs.workloads.importers import EdgeStats, read_snap_edges
+
+    actions: Counter[str] = Counter()
+    with gzip.open(src / "higgs-activity_time.txt.gz", "rt") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 4:
+                actions[parts[0]] += 1
+    follows: dict[str, set[str]] = {}
+    for c, p in read_snap_edges(src / "higgs-retweet_network.edgelist.gz", EdgeStats()):
+        follows.setdefault(c, set()).add(p)
+    prods = {p for fs in follows.values() for p in fs}
+    rate = {u: (actions[u] + 0.5) / 7 for u in {*follows, *prods}}
+    return views.Problem(
+        {u: rate[u] for u in follows},
+        {u: frozenset(fs) for u, fs in follows.items()},
+        {f: rate[f] for f in prods},
+        H,
+        L,
+    )
 
 
 def parts(p: views.Problem, n: int, users: int, max_follows: int, seed: int):
@@ -110,9 +144,10 @@ def costs(p: views.Problem) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graph", default="cz2015", choices=[*sorted(PROFILES), "wiki-vote"])
+    ap.add_argument("--graph", default="cz2015", choices=[*sorted(PROFILES), "wiki-vote", "higgs"])
     ap.add_argument("--scale", type=float, default=0.05, help="generated graphs only")
     ap.add_argument("--wiki-vote", type=Path, default=WIKI_VOTE)
+    ap.add_argument("--higgs", type=Path, default=HIGGS, help="the SNAP higgs-twitter folder")
     ap.add_argument("--parts", type=int, default=200)
     ap.add_argument("--part-users", type=int, default=12)
     ap.add_argument("--max-follows", type=int, default=10)
@@ -125,6 +160,8 @@ def main() -> None:
     H, L = args.push_cost, args.pull_cost
     if args.graph == "wiki-vote":
         g = wiki_vote(args.wiki_vote, args.seed, H, L)
+    elif args.graph == "higgs":
+        g = higgs(args.higgs, H, L)
     else:
         g = generated(args.graph, args.scale, args.seed, H, L)
 
@@ -156,6 +193,12 @@ def main() -> None:
             }
         )
     solved = [r for r in rows if r["optimal"] and r["optimum"] > 0]
+    if not solved:
+        fewest = min((len(fs) for fs in g.follows.values()), default=0)
+        raise SystemExit(
+            f"{args.graph}: no part solved exactly ({len(rows)} parts, {too_large} too large; "
+            f"the fewest follows of a consumer: {fewest}, --max-follows {args.max_follows})"
+        )
     summary = {}
     for name in [*STRATEGIES, "candidates_optimum", "lp", "combinatorial"]:
 
@@ -172,7 +215,7 @@ def main() -> None:
         }
     result = {
         "graph": args.graph,
-        "scale": args.scale if args.graph != "wiki-vote" else None,
+        "scale": args.scale if args.graph in PROFILES else None,
         **provenance({k: str(v) for k, v in vars(args).items()}),
         "parts": len(rows),
         "too_large": too_large,
@@ -205,7 +248,7 @@ def main() -> None:
         )
     out = Path("bench/results")
     out.mkdir(parents=True, exist_ok=True)
-    tag = "" if args.graph == "wiki-vote" else f"_{args.scale:g}"
+    tag = f"_{args.scale:g}" if args.graph in PROFILES else ""
     tag += f"_{args.part_users}x{args.max_follows}"
     (out / f"optimality_{args.graph}{tag}.json").write_text(dumps(result))
 
