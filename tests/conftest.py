@@ -27,6 +27,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("FEEDPIPE_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 TEST_SPARK = {"spark.driver.memory": "2g"}
+"""The test session's own settings on top of the stages' (``jobs.common.spark``)."""
 
 LONGEST_FIRST = (
     "e2e/test_airflow.py",
@@ -51,9 +52,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return first, ("e2e/", "stages/", "unit/").index(path[: path.index("/") + 1])
 
     items.sort(key=rank)
-
-
-"""The test session's own settings on top of the stages' (``jobs.common.spark``)."""
 
 
 @pytest.fixture(scope="session")
