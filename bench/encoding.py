@@ -8,7 +8,7 @@ first sort key, then writes it as ``write_partition`` does (range-partitioned in
 sorted on the contract's sort key) ``--reps`` times each way, alternated: with Parquet's
 dictionary on every column, and with the contract's ``"dictionary": false`` columns plain.
 Prints one JSON line per write (seconds, MB on disk). The writes go to a hidden scratch
-folder in the warehouse, removed at the end. docs/benchmarks.md, "Plain encoding of ids".
+folder in the warehouse, removed at the end. docs/tuning.md, "Plain encoding of ids".
 """
 
 from __future__ import annotations

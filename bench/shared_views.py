@@ -174,10 +174,14 @@ def main() -> None:
     result["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
     print(f"\n{args.graph or f'{args.profile} x{args.scale:g}'} {last}: {edges:,} follow edges")
-    print("| strategy | plan wall time (s) | cost / FF-PerPair | views | parts (fallback) |")
+    print("| strategy | plan (s) | cost / FF-PerPair | views | parts (fallback, optimal) |")
     print("|---|---|---|---|---|")
     for name, r in result["strategies"].items():
-        parts = f"{r['parts']} ({r['fallback_parts']})" if "parts" in r else ""
+        parts = (
+            f"{r['parts']} ({r['fallback_parts']}, {r.get('optimal_parts', 0)})"
+            if "parts" in r
+            else ""
+        )
         wall_s = "" if r["plan_s"] is None else f"{r['plan_s']:.0f}"
         print(f"| {name} | {wall_s} | {r['cost'] / ff:.3f} | {r.get('views', '')} | {parts} |")
     cert = result["certificate"]

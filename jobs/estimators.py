@@ -116,7 +116,7 @@ def per_id_sums(
     the narrow input rows and the aggregation runs whole after it. Left to itself, Spark
     would aggregate each task's rows first and shuffle their partial sums, a dozen columns
     and more a row, for ids that are nearly all distinct within a task, with the sums'
-    generated code compiled and warmed up on both sides of the shuffle (docs/benchmarks.md,
+    generated code compiled and warmed up on both sides of the shuffle (docs/tuning.md,
     "Per-id repartitioning of the rates")."""
     from pyspark.sql import functions as F
 

@@ -4,7 +4,7 @@ Every stage is its own Spark application (one ``spark-submit`` per DAG task), an
 driver JVM loads and verifies some 20,000 classes before the first job runs. A dynamic
 AppCDS archive (JDK 13+, ``-XX:ArchiveClassesAtExit``) records those classes once, already
 parsed and verified; drivers started with ``-XX:SharedArchiveFile`` map it instead. The
-measured effect is in docs/benchmarks.md ("Class-data archive").
+measured effect is in docs/tuning.md ("Class-data archive").
 
 ``python -m jobs.common.cds`` (run by ``make install``) builds the archive by running a small
 representative application (Parquet write and read, a shuffle, a join, a window, a pandas
@@ -58,7 +58,7 @@ GC_OPTIONS = "-XX:+UseParallelGC"
 """The drivers' garbage collector. A local driver is the executor too, on a few cores, where
 G1 (the JVM's default) takes CPU from the tasks for its concurrent work and write barriers:
 warm plan runs on a Spark Connect server at ``ff2010 --scale 4`` took 29.6 to 30.6 s under
-it and 31.0 to 34.3 s under G1 (docs/benchmarks.md, "Parallel collector")."""
+it and 31.0 to 34.3 s under G1 (docs/tuning.md, "Parallel collector")."""
 GC_TAG = "parallelgc"
 """The collector in the archive's name, so an archive made under another is not used."""
 

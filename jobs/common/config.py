@@ -28,19 +28,29 @@ STRATEGIES: tuple[str, ...] = (
     "cz-hierarchy1",
     "cz-hierarchy2",
     "cz-greedy-union",
+    "cz-lp",
 )
 """Strategies this release computes; ``auto`` serves the cheapest of the enabled ones."""
 
-SHARED_VIEW_STRATEGIES = ("cz-greedy", "cz-hierarchy1", "cz-hierarchy2", "cz-greedy-union")
+SHARED_VIEW_STRATEGIES = (
+    "cz-greedy",
+    "cz-hierarchy1",
+    "cz-hierarchy2",
+    "cz-greedy-union",
+    "cz-lp",
+)
 """Chen & Zhou's global view selection (jobs/selection/views.py)."""
 
 DEFAULT_STRATEGIES: tuple[str, ...] = tuple(
-    s for s in STRATEGIES if s not in ("cz-greedy", "cz-hierarchy1", "cz-greedy-union")
+    s
+    for s in STRATEGIES
+    if s not in ("cz-greedy", "cz-hierarchy1", "cz-hierarchy2", "cz-greedy-union")
 )
 """Computed unless ``strategies`` says otherwise: every strategy but the paper's Greedy and
-Hierarchy-1 (its baselines; they plan over whole follow sets and are dearer to compute), and
-Greedy over both candidate sets (the closest to the optimum on small parts, but Greedy's
-planning time at ``gplus`` scale is twice Hierarchy-2's: docs/benchmarks.md)."""
+Hierarchy-1 (its baselines; they plan over whole follow sets and are dearer to compute),
+Hierarchy-2 alone (``cz-lp`` is Hierarchy-2 improved part by part, never dearer
+on any part), and Greedy over both candidate sets (the closest heuristic to the optimum on
+small parts, but unfinished after 2,140 s at ``gplus`` scale: docs/benchmarks.md)."""
 
 GLOBAL_ONLY = ("ff-consumer", *SHARED_VIEW_STRATEGIES)
 """Rules for global coherency, not offered under per-producer coherency: Lemma 2's, and the
@@ -120,6 +130,10 @@ class Settings:
     view_user_views: int = 30
     """Shared views: each user weighs at most this many candidate views, its largest (ties by
     view id); bounds the planning work of users who follow thousands of producers."""
+    view_lp_pairs: int = 20_000
+    """Shared views: ``cz-lp`` plans a part from the LP relaxation over every view (HiGHS) when
+    it has at most this many (user, view) pairs, every subset of two feeds or more of each
+    follow set counted; 0 disables (docs/shared-views.md)."""
     bound_pairs: int = 6_000_000
     """The optimality certificate (``plan_cost.lower_bound``): at most this many pairs of
     consumers that share a producer are listed to count overlaps exactly; overlaps through
@@ -256,6 +270,8 @@ class Settings:
             raise ConfigError("view_part_users must be at least 2")
         if self.view_user_views < 1:
             raise ConfigError("view_user_views must be at least 1")
+        if self.view_lp_pairs < 0:
+            raise ConfigError("view_lp_pairs must be at least 0 (0 disables the LP)")
         if self.bound_pairs < 0:
             raise ConfigError("bound_pairs must be at least 0")
         if self.publish_to and not self.publish_to.startswith(("s3://", "s3a://")):

@@ -10,7 +10,7 @@ Why not Spark's own ``SparkConnectServer``: it forces per-session artifact isola
 gives every client session its own class loader, and Spark keys its cache of generated code
 by class loader. Every stage run (a new client session) then compiled all its generated
 classes again and the JVM warmed them up from scratch: at ``ff2010 --scale 4`` about 90
-compilations and 25 to 40 s of JIT compiler time per plan run (docs/benchmarks.md,
+compilations and 25 to 40 s of JIT compiler time per plan run (docs/tuning.md,
 "Connect server without artifact isolation"). Started this way, without isolation, the
 sessions share the generated classes of the runs before them.
 """

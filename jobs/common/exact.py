@@ -23,7 +23,7 @@ of the rows. Terms must be finite and below 2^63 in magnitude (a larger one fail
 
 This replaced sums of ``decimal(38,18)`` terms, which gave the same guarantee at about five
 times the cost: Spark adds such decimals as ``java.math.BigDecimal`` objects, one per row
-(docs/benchmarks.md, "Exact sums"). The DuckDB reference in ``bench/`` sums the same
+(docs/tuning.md, "Exact sums"). The DuckDB reference in ``bench/`` sums the same
 way (``bench/duckdb_reference.py``, ``exact_sum_sql``), so both give the same bits.
 """
 

@@ -176,7 +176,7 @@ CONNECT_SERVER_CONF = {
     # (what Spark's own SparkConnectServer forces) each client session runs its queries under
     # a class loader of its own, so every stage run compiled all its code again: at ff2010
     # --scale 4 a warm plan run took 42 to 50 s with it and 30 to 34 s without
-    # (docs/benchmarks.md, "Connect server without artifact isolation"). The stages add no
+    # (docs/tuning.md, "Connect server without artifact isolation"). The stages add no
     # jars or classes to their sessions, which is what isolation keeps apart.
     "spark.sql.artifact.isolation.enabled": "false",
     "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
@@ -203,7 +203,7 @@ times: ``plan``'s kept plans, ``validate``'s check frames built with a join. The
 timestamps barely compress, and compressing the cache cost more than it saved: at ``ff2010
 --scale 4`` building the kept plan (4.1M rows, 135 MB in memory either way) took 21.5 s
 compressed against 13.5 s, and the consumer feed's check frame (15.6M rows) 29.9 s against
-11.9 s (docs/benchmarks.md, "Uncompressed in-memory cache"). A kept frame that
+11.9 s (docs/tuning.md, "Uncompressed in-memory cache"). A kept frame that
 outgrows memory goes to local disk either way (``MEMORY_AND_DISK``)."""
 
 

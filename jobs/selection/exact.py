@@ -35,6 +35,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from jobs.selection.views import Feeds, Problem
 
@@ -83,8 +84,10 @@ def solve(
     p: Problem, views: Iterable[Feeds], relax: bool = False, time_limit: float = 60.0
 ) -> Solution:
     """The minimum-cost plan over ``views`` (see the module's docstring), or with ``relax``
-    the LP relaxation's value as ``bound`` (and no plan). ``time_limit`` seconds of HiGHS;
-    when it runs out, ``cost`` is the best plan found and ``bound`` HiGHS' dual bound."""
+    the LP relaxation's value as ``bound``: when the LP's solution is integral it is the
+    optimum (``optimal``, with its plan), else ``views`` are those it uses at all and there is
+    no plan. ``time_limit`` seconds of HiGHS for the integer program (the LP has none); when
+    it runs out, ``cost`` is the best plan found and ``bound`` HiGHS' dual bound."""
     import time
 
     import numpy as np
@@ -153,28 +156,47 @@ def solve(
         integrality=np.zeros(n) if relax else np.ones(n),
         bounds=Bounds(0, 1),
         constraints=constraints,
-        options={"time_limit": time_limit, "mip_rel_gap": 0.0},
+        # an LP has no time limit: simplex is deterministic, and so is its answer
+        options={"mip_rel_gap": 0.0} if relax else {"time_limit": time_limit, "mip_rel_gap": 0.0},
     )
     seconds = time.perf_counter() - t
     if relax:
         if res.status != 0:
             raise RuntimeError(f"the LP relaxation did not solve: {res.message}")
-        return Solution(math.inf, float(res.fun), False, [], {}, seconds)
+        used = [v for v, i in x_of.items() if res.x[i] > 1e-9]
+        if np.all(np.abs(res.x - np.round(res.x)) <= 1e-9):  # integral: the optimum itself
+            chosen, plans = _plans(res.x, x_of, y_of, n_of, users)
+            value = plan_cost(p, chosen, plans)
+            return Solution(value, min(float(res.fun), value), True, chosen, plans, seconds)
+        # fractional: no plan, the views the LP uses at all
+        return Solution(math.inf, float(res.fun), False, used, {}, seconds)
     if res.x is None:  # no plan within the time limit (natives alone are always one)
         bound = float(res.mip_dual_bound) if res.mip_dual_bound is not None else 0.0
         return Solution(math.inf, bound, False, [], {}, seconds)
-    chosen = [v for v, i in x_of.items() if res.x[i] > 0.5]
-    plans: dict[str, list[Feeds]] = {u: [] for u in users}
-    for i, (u, v) in y_of.items():
-        if res.x[i] > 0.5:
-            plans[u].append(v)
-    for i, (u, f) in n_of.items():
-        if res.x[i] > 0.5:
-            plans[u].append(frozenset([f]))
+    chosen, plans = _plans(res.x, x_of, y_of, n_of, users)
     value = plan_cost(p, chosen, plans)
     optimal = res.status == 0
     bound = value if optimal else float(res.mip_dual_bound)
     return Solution(value, min(bound, value), optimal, chosen, plans, seconds)
+
+
+def _plans(
+    x: Any,
+    x_of: dict[Feeds, int],
+    y_of: dict[int, tuple[str, Feeds]],
+    n_of: dict[int, tuple[str, str]],
+    users: list[str],
+) -> tuple[list[Feeds], dict[str, list[Feeds]]]:
+    """The materialized views and each user's sources of a 0/1 solution ``x``."""
+    chosen = [v for v, i in x_of.items() if x[i] > 0.5]
+    plans: dict[str, list[Feeds]] = {u: [] for u in users}
+    for i, (u, v) in y_of.items():
+        if x[i] > 0.5:
+            plans[u].append(v)
+    for i, (u, f) in n_of.items():
+        if x[i] > 0.5:
+            plans[u].append(frozenset([f]))
+    return chosen, plans
 
 
 def plan_cost(p: Problem, views: Iterable[Feeds], plans: dict[str, list[Feeds]]) -> float:

@@ -35,7 +35,7 @@ CONSUMER_PARTITIONED = {
 }
 """Settings (``jobs.common.spark.scoped_conf``) of a stage that plans with
 :func:`edge_inputs`: without them Spark shuffles the consumer-partitioned inputs of the
-current plan's join again, by both keys. Measured at ``ff2010 --scale 4`` (docs/benchmarks.md,
+current plan's join again, by both keys. Measured at ``ff2010 --scale 4`` (docs/tuning.md,
 "Consumer-partitioned plans")."""
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from jobs.common.spark import parallelism
 from jobs.selection.cost import CostModel
+from jobs.selection.part import LP_PAIRS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -347,7 +348,8 @@ PART_ROWS = (
 )
 """What the per-part planner returns: ``e`` rows (an edge's mode and source), ``m`` rows (a
 materialized view's producer: source_id = view id) and one ``p`` row per part (source_id =
-part, mode = ``selected`` or ``fallback``, the part's modeled cost and FF-PerPair's)."""
+part, mode = ``selected``, ``optimal`` (proven optimal: ``cz-lp``) or ``fallback``, the
+part's modeled cost and FF-PerPair's)."""
 
 
 def parts(
@@ -405,13 +407,14 @@ def parts(
     ), groups
 
 
-def _planner(algorithm: str, push_cost: float, pull_cost: float):  # type: ignore[no-untyped-def]
+def _planner(algorithm: str, push_cost: float, pull_cost: float, lp_pairs: int):  # type: ignore[no-untyped-def]
     """The function ``applyInPandas`` runs per group: every part of the group planned alone
-    by :func:`jobs.selection.views.plan_part`."""
+    by :func:`jobs.selection.part.plan_part`."""
 
     def run(pdf):  # type: ignore[no-untyped-def]
         import pandas as pd
 
+        from jobs.selection import part as planning
         from jobs.selection import views
 
         out: list[tuple[str, str | None, str | None, str | None, str, float | None, float | None]]
@@ -437,13 +440,13 @@ def _planner(algorithm: str, push_cost: float, pull_cost: float):  # type: ignor
                     cands.append(views.Candidate(fs, users, sum(theta[x] for x in users), upd))
             cands.sort(key=lambda c: (-len(c.feeds), sorted(c.feeds)))
             p = views.Problem(theta, follows, phi, push_cost, pull_cost)
-            res = views.plan_part(p, cands, algorithm, ff_push)
+            res = planning.plan_part(p, cands, algorithm, ff_push, lp_pairs)
             for c, f, mode, src in res.edges:
                 out.append(("e", c, f, mode, src, None, None))
             for v in res.views:
                 vid = views.view_id(v)
                 out.extend(("m", None, f, None, vid, None, None) for f in sorted(v))
-            kind = "fallback" if res.fallback else "selected"
+            kind = "fallback" if res.fallback else "optimal" if res.optimal else "selected"
             out.append(("p", None, None, kind, str(part), res.cost, res.ff_cost))
         cols = ["kind", "consumer_id", "producer_id", "mode", "source_id", "cost", "ff_cost"]
         return pd.DataFrame(out, columns=cols)
@@ -456,11 +459,13 @@ class ViewParams:
     """How shared views are planned at scale (docs/shared-views.md): the prices, parts of about
     ``part_users`` users planned independently, each user weighing at most ``user_views``
     candidate views; the parts' components found on the driver up to ``driver_memberships``
-    memberships (``None``: always in Spark)."""
+    memberships (``None``: always in Spark); ``cz-lp`` solves the LP over every view on parts
+    of at most ``lp_pairs`` (user, view) pairs (``jobs.selection.part``)."""
 
     model: CostModel
     part_users: int = 32000
     user_views: int = 30
+    lp_pairs: int = LP_PAIRS
     driver_memberships: int | None = DRIVER_MEMBERSHIPS
 
 
@@ -553,7 +558,7 @@ def select_views(
     )
     planned = (
         rows.groupBy("grp")
-        .applyInPandas(_planner(algorithm, push_cost, pull_cost), PART_ROWS)
+        .applyInPandas(_planner(algorithm, push_cost, pull_cost, params.lp_pairs), PART_ROWS)
         .localCheckpoint()  # planned once; the inputs can be released
     )
     lap("planning")

@@ -345,11 +345,14 @@ ALGORITHMS: dict[str, tuple[bool | str, str]] = {
     "cz-hierarchy1": (True, "hierarchy"),
     "cz-hierarchy2": (False, "hierarchy"),
     "cz-greedy-union": ("union", "greedy"),
+    "cz-lp": (False, "lp"),
 }
 """Strategy -> (candidates: ``True`` full follow sets, ``False`` Algorithm 1's, ``"union"``
 both; selection). The paper's Greedy uses full follow sets (Section V.A); Hierarchy-1 full
 sets, Hierarchy-2 Algorithm 1's candidates. ``cz-greedy-union`` is Greedy over both sets:
-on parts solved exactly it is the closest to the optimum (docs/shared-views.md)."""
+on parts solved exactly it is the closest of the heuristics to the optimum
+(docs/shared-views.md). ``cz-lp`` is Hierarchy-2 improved part by part by Greedy over
+both sets and, on small parts, the LP over every view (``jobs.selection.part``)."""
 
 
 def lower_bound(p: Problem) -> float:
@@ -428,60 +431,3 @@ def view_id(feeds: Iterable[str]) -> str:
     import hashlib
 
     return "v" + hashlib.sha1("\u001f".join(sorted(feeds)).encode()).hexdigest()[:16]
-
-
-@dataclass
-class PartPlan:
-    """The outcome for one part: every edge's (mode, source), the materialized views, and
-    the part's modeled cost under the selection and under FF-PerPair."""
-
-    edges: list[tuple[str, str, str, str]]
-    views: list[Feeds]
-    cost: float
-    ff_cost: float
-    fallback: bool
-
-
-def plan_part(
-    p: Problem, candidates: list[Candidate], algorithm: str, ff_push: Mapping[str, Feeds]
-) -> PartPlan:
-    """Run ``algorithm`` over one part and turn the selection into edge assignments
-    ``(consumer, producer, mode, source)``: a view of one feed is a pull of that producer, a
-    larger view is mode ``view`` with the view's id; where plans overlap, an edge goes to the
-    first view of the plan that holds it.
-
-    ``ff_push``: the producers FF-PerPair pushes to each user. When the selection would cost
-    more than FF-PerPair on this part (the algorithms are heuristics; see docs/shared-views.md),
-    the part is served FF-PerPair's plan instead, so the strategy never costs more than
-    FF-PerPair. Parts do not interact, so the guard holds for the sum."""
-    select = greedy if ALGORITHMS[algorithm][1] == "greedy" else hierarchy
-    s = select(p, candidates)
-    cost = s.cost(p)
-    ff_cost = 0.0
-    for u, fs in p.follows.items():
-        pushed = ff_push.get(u, frozenset())
-        sources = len(fs - pushed) + (1 if pushed else 0)
-        ff_cost += p.maintenance(pushed) + p.evaluation(u, sources)
-    edges: list[tuple[str, str, str, str]] = []
-    if cost > ff_cost + 1e-9 * max(1.0, ff_cost):
-        for u in sorted(p.follows):
-            pushed = ff_push.get(u, frozenset())
-            for f in sorted(p.follows[u]):
-                edges.append((u, f, "push", u) if f in pushed else (u, f, "pull", f))
-        return PartPlan(edges, [], cost, ff_cost, True)
-    used: set[Feeds] = set()
-    plans = s.plans
-    for u in sorted(plans):
-        assigned: set[str] = set()
-        for v in plans[u]:
-            if len(v) == 1:
-                (f,) = v
-                edges.append((u, f, "pull", f))
-                assigned.add(f)
-                continue
-            used.add(v)
-            vid = view_id(v)
-            for f in sorted(v - assigned):
-                edges.append((u, f, "view", vid))
-            assigned |= v
-    return PartPlan(edges, sorted(used, key=sorted), cost, ff_cost, False)

@@ -55,7 +55,12 @@ class PlanParams:
             target=cost.LatencyTarget(
                 settings.latency_metric, settings.latency_bound, settings.latency_quantile
             ),
-            views=shared.ViewParams(model, settings.view_part_users, settings.view_user_views),
+            views=shared.ViewParams(
+                model,
+                settings.view_part_users,
+                settings.view_user_views,
+                lp_pairs=settings.view_lp_pairs,
+            ),
         )
 
 
@@ -324,13 +329,17 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         part_rows.where(F.col("kind") == "p")
         .groupBy("strategy", "mode")
         .agg(F.count("*").alias("n"))
-        .collect()  # at most two rows per shared-view strategy
+        .collect()  # at most three rows per shared-view strategy
     )
-    parts = {s: {"parts": 0, "fallback_parts": 0} for s in SHARED_VIEW_STRATEGIES if s in rows}
+    parts = {
+        s: {"parts": 0, "fallback_parts": 0, "optimal_parts": 0}
+        for s in SHARED_VIEW_STRATEGIES
+        if s in rows
+    }
     for r in outcome:
         parts[r["strategy"]]["parts"] += r["n"]
-        if r["mode"] == "fallback":
-            parts[r["strategy"]]["fallback_parts"] += r["n"]
+        if r["mode"] in ("fallback", "optimal"):
+            parts[r["strategy"]][f"{r['mode']}_parts"] += r["n"]
     for name, seconds in plans.timings.items():
         parts.setdefault(name, {})["seconds"] = seconds  # type: ignore[assignment]
 

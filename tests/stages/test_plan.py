@@ -18,11 +18,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES, STRATEGIES
+from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES
 from jobs.common.tables import contract
 from jobs.stages import runner
 from support import naive
-from support.workloads import HOURS, K_P, LAST, START, K, assembled, edge_modes, table_rows
+from support.workloads import (
+    HOURS,
+    K_P,
+    LAST,
+    SERVED,
+    START,
+    K,
+    assembled,
+    edge_modes,
+    table_rows,
+)
 
 
 @functools.cache
@@ -33,7 +43,7 @@ def naive_feeds(landing: str, coherency: str) -> dict[str, list[str]]:
     return naive.feeds_per_producer(Path(landing), LAST, START, K, K_P, HOURS)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", SERVED)
 def test_assembled_feed_equals_the_naive_answer(spark, churn_landing, built_copy, strategy):
     ds = LAST
     # only the strategy under test is computed

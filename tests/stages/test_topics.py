@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.common.config import STRATEGIES, Settings
+from jobs.common.config import Settings
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
@@ -33,6 +33,7 @@ from support.workloads import (
     CONFLICTING,
     HAND_TOPICS,
     REMOVED,
+    SERVED,
     START,
     TOPIC_DAYS,
     TOPIC_LAST,
@@ -159,7 +160,7 @@ def test_topic_events_are_every_predicate_evaluated_on_every_event(spark, topics
     assert "topic000000" in rates and "not-eu" in rates
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", SERVED)
 def test_assembled_feeds_with_topics_equal_the_naive_answer(spark, topics_copy, strategy):
     s = dataclasses.replace(topics_copy, strategy=strategy, strategies=(strategy,))
     for stage in ("plan", "materialize"):

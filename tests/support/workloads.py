@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from jobs.common.config import STRATEGIES
 from support import naive
 
 START = dt.date(2026, 1, 1)
@@ -31,6 +32,10 @@ BUILD = ("ingest", "rates", "plan", "materialize")
 SEED = 11
 FLASH_DAY = START + dt.timedelta(days=2)
 PURE = ("push-all", "pull-all")
+SERVED = tuple(s for s in STRATEGIES if s != "cz-hierarchy2")
+"""The strategies the per-strategy feed tests serve: ``cz-lp`` is Hierarchy-2 improved
+part by part (jobs/selection/part.py), its plans of the same kind (views and pulls), so its
+feeds stand for Hierarchy-2's."""
 
 
 def add_fast_producer(landing: Path, consumers: list[str]) -> None:

@@ -25,7 +25,7 @@ import random
 
 import pytest
 
-from jobs.selection import views
+from jobs.selection import part, views
 from jobs.selection.cost import CostModel
 from support.brute import exact_optimum, random_problem
 
@@ -330,7 +330,7 @@ def test_plan_part_never_costs_more_than_ff_per_pair():
             for u, fs in p.follows.items()
         }
         for name, (full, _) in views.ALGORITHMS.items():
-            res = views.plan_part(p, views.candidate_views(p, full), name, ff_push)
+            res = part.plan_part(p, views.candidate_views(p, full), name, ff_push)
             realized = realized_cost(p, res)
             assert realized <= ff_per_pair_cost(p) + 1e-9
             assert sorted((c, f) for c, f, _, _ in res.edges) == sorted(
@@ -340,7 +340,7 @@ def test_plan_part_never_costs_more_than_ff_per_pair():
     assert fell_back > 0  # the random graphs do exercise the guard
 
 
-def realized_cost(p: views.Problem, res: views.PartPlan) -> float:
+def realized_cost(p: views.Problem, res: part.PartPlan) -> float:
     """The cost model applied to the edge assignments alone (as plan_cost does)."""
     members = {views.view_id(v): v for v in res.views}
     sources: dict[str, set[str]] = {}
@@ -378,7 +378,7 @@ def test_spark_selection_matches_the_sequential_plan(spark, part_users, user_vie
         members: dict[str, set[str]] = {}
         for r in rows.where(F.col("kind") == "m").collect():
             members.setdefault(r.source_id, set()).add(r.producer_id)
-        res = views.PartPlan(
+        res = part.PartPlan(
             [tuple(g) for g in got], [frozenset(v) for v in members.values()], 0, 0, False
         )
         assert realized_cost(p, res) <= ff_per_pair_cost(p) + 1e-9
@@ -418,7 +418,7 @@ def by_component(p: views.Problem, full: bool, name: str, ff_push, user_views: i
             p.pull_cost,
         )
         mine = [c for c in cands if c.users[0] in members]
-        res = views.plan_part(sub, mine, name, ff_push)
+        res = part.plan_part(sub, mine, name, ff_push)
         edges.extend(res.edges)
         chosen.update(res.views)
     return edges, chosen
