@@ -62,6 +62,7 @@ def test_every_documented_environment_variable_is_read():
         ({"FEEDPIPE_LATENCY_METRIC": "ms"}, "latency_metric"),
         ({"FEEDPIPE_LATENCY_QUANTILE": "1.5"}, "latency_quantile"),
         ({"FEEDPIPE_INACTIVE_AFTER_DAYS": "-1"}, "inactive_after_days"),
+        ({"FEEDPIPE_VIEW_LP_PAIRS": "-1"}, "view_lp_pairs must be at least 0"),
     ],
 )
 def test_bad_values_are_clear_errors(env, message):
