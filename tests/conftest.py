@@ -35,6 +35,7 @@ LONGEST_FIRST = (
     "e2e/test_s3.py",
     "e2e/test_remote_spark.py",
     "e2e/test_real_data.py",
+    "e2e/test_strategies.py",
     "stages/test_plan.py",
     "stages/test_ingest.py",
     "unit/test_views.py",
@@ -145,3 +146,30 @@ def built_copy(built, tmp_path):
     from support.once import private_copy
 
     return built_settings(Path(built.landing), private_copy(built.warehouse, tmp_path / "wh"))
+
+
+@pytest.fixture(scope="session")
+def topics_built(spark, tmp_path_factory):
+    """Settings of a warehouse with the three topic days built (ingest, rates, plan,
+    materialize; ``support.workloads.topics_workload``), once per run. Read it only."""
+    from support.once import shared_folder
+    from support.workloads import TOPIC_DATES, build, topic_settings, topics_workload
+
+    landing = shared_folder(tmp_path_factory, "topics-landing", topics_workload)
+
+    def make(folder: Path) -> None:
+        build(spark, topic_settings(landing, folder), TOPIC_DATES)
+
+    return topic_settings(landing, shared_folder(tmp_path_factory, "topics-built", make))
+
+
+@pytest.fixture
+def topics_copy(topics_built, tmp_path):
+    """A private copy of the topic warehouse, which the test may change."""
+    import dataclasses
+
+    from support.once import private_copy
+
+    return dataclasses.replace(
+        topics_built, warehouse=str(private_copy(topics_built.warehouse, tmp_path / "wh"))
+    )

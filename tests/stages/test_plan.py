@@ -1,99 +1,26 @@
-"""Stage ``plan``: every strategy's plan of a day with churn, and the feeds it serves.
+"""Stage ``plan``: a strategy's plan of a day with churn, the feeds it serves, and the
+certificate every plan carries.
 
-Core correctness: for every strategy, the last day is planned with that strategy alone and
-materialized from the previous day's FF-PerPair state (so edges move between push and pull),
-and every consumer's assembled feed equals the naive answer computed from the landing files
-alone (``support.naive``); then, for every strategy per-producer coherency offers, the same
-plan is materialized under it (a full rebuild: the previous day's feeds were made under
-global coherency) and checked against the naive k,t-diverse answer. The plan does not depend
-on the coherency mode.
+The feeds (``support.strategies.check_plan_feeds``): the last churn day is planned with one
+strategy alone and materialized from the previous day's FF-PerPair state (so edges move
+between push and pull), and every consumer's assembled feed equals the naive answer computed
+from the landing files alone (``support.naive``), under global and, where the strategy offers
+it, per-producer coherency. Here for the default strategies' two kinds of plan
+(``support.workloads.STAGE_TIER``); every other strategy in tests/e2e/test_strategies.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from pathlib import Path
-
-import pandas as pd
 import pytest
 
-from jobs.common.config import GLOBAL_ONLY, SHARED_VIEW_STRATEGIES
 from jobs.common.tables import contract
-from jobs.stages import runner
-from support import naive
-from support.workloads import (
-    HOURS,
-    K_P,
-    LAST,
-    SERVED,
-    START,
-    K,
-    assembled,
-    edge_modes,
-    table_rows,
-)
+from support.strategies import check_plan_feeds
+from support.workloads import LAST, STAGE_TIER, table_rows
 
 
-@functools.cache
-def naive_feeds(landing: str, coherency: str) -> dict[str, list[str]]:
-    """The naive answer for the last day (computed once per coherency mode)."""
-    if coherency == "global":
-        return naive.feeds(Path(landing), LAST, START, K)
-    return naive.feeds_per_producer(Path(landing), LAST, START, K, K_P, HOURS)
-
-
-@pytest.mark.parametrize("strategy", SERVED)
+@pytest.mark.parametrize("strategy", STAGE_TIER)
 def test_assembled_feed_equals_the_naive_answer(spark, churn_landing, built_copy, strategy):
-    ds = LAST
-    # only the strategy under test is computed
-    s = dataclasses.replace(built_copy, strategy=strategy, strategies=(strategy,))
-    runner.run_stage("plan", s, ds, spark)
-    coherencies = ("global",) if strategy in GLOBAL_ONLY else ("global", "per_producer")
-    for coherency in coherencies:
-        m = dataclasses.replace(s, coherency=coherency)
-        runner.run_stage("materialize", m, ds, spark)
-        expected = naive_feeds(str(churn_landing), coherency)
-        consumers = sorted(expected)
-        got = assembled(m.warehouse, ds, [*consumers, "nobody-follows-nothing"])
-        assert got.pop("nobody-follows-nothing") == []
-        mismatched = [c for c in consumers if got[c] != expected[c]]
-        assert not mismatched, (
-            f"{coherency}: {len(mismatched)} of {len(consumers)} feeds differ, "
-            f"e.g. {mismatched[:3]}"
-        )
-    plan = edge_modes(spark, s, ds)
-    pulled_consumers = {c for (c, _), m in plan.items() if m == "pull"}
-    if strategy == "pull-all":
-        assert set(plan.values()) == {"pull"}
-    elif strategy == "push-all":
-        # only consumers without a feed view in the last 7 days (from the landing files) pull
-        views = pd.concat(
-            [
-                naive.read_table(churn_landing, "views", day)
-                for day in pd.date_range(end=ds, periods=7).date
-                if day >= START
-            ]
-        )
-        idle = {c for c, _ in plan} - set(views["consumer_id"])
-        assert pulled_consumers == idle
-    elif strategy in SHARED_VIEW_STRATEGIES:
-        # shared views are read; parts where they would cost more serve FF-PerPair's plan
-        assert "view" in set(plan.values()) and set(plan.values()) <= {"view", "push", "pull"}
-        members = table_rows(spark, s, "plan", "view_members", ds)
-        follows: dict[str, set[str]] = {}
-        for c, p in plan:
-            follows.setdefault(c, set()).add(p)
-        view_of: dict[str, set[str]] = {}
-        for v, p in members:
-            view_of.setdefault(v, set()).add(p)
-        for c, kind, v in table_rows(spark, s, "plan", "consumer_sources", ds):
-            if kind == "view":  # a consumer reads only views over producers it follows
-                assert view_of[v] <= follows[c]
-    else:
-        assert set(plan.values()) == {"push", "pull"}
-    (row,) = table_rows(spark, s, "plan", "plan_cost", ds)
-    assert row[:2] == (strategy, True)  # one row, for the one strategy computed, served
+    check_plan_feeds(spark, churn_landing, built_copy, strategy)
 
 
 def test_plan_cost_carries_a_bound_no_strategy_goes_below(spark, built):

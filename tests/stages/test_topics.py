@@ -5,81 +5,42 @@ definitions and a day that changes one and removes one).
 * ``ingest``: the definitions in force each day, what was quarantined and why, the row
   accounting, and ``clean/topic_events`` equal to every predicate evaluated on every event
   (brute force, ``support.naive``) with the definitions of the day the event landed.
-* Every strategy's assembled feeds equal the naive answer, each event once although many
-  reach a consumer through their author and a topic; topic items name their author.
+* The assembled feeds equal the naive answer, each event once although many reach a
+  consumer through their author and a topic; topic items name their author
+  (``support.strategies.check_topic_feeds``: here the default strategies' two kinds of
+  plan, every other strategy in tests/e2e/test_strategies.py).
 * Incremental maintenance equals a full refresh; per-producer coherency refuses topics.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 from pathlib import Path
 
 import pytest
 
-from jobs.common.config import Settings
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
-from jobs.serving.reader import FeedReader
 from jobs.serving.report import html_report
 from jobs.stages import runner
 from jobs.stages.ingest import TopicsUnsupported
 from support import naive
+from support.strategies import author_of, check_topic_feeds, naive_topic_feeds
 from support.workloads import (
     CHANGED,
     CONFLICTING,
     HAND_TOPICS,
     REMOVED,
-    SERVED,
+    STAGE_TIER,
     START,
-    TOPIC_DAYS,
+    TOPIC_DATES,
     TOPIC_LAST,
-    K,
-    build,
-    edge_modes,
     table_rows,
-    topics_workload,
 )
 
-DAYS = [START + dt.timedelta(days=i) for i in range(TOPIC_DAYS)]
-TOPICS = {f"topic{i:06d}" for i in range(40)} | {t for t, (_, w) in HAND_TOPICS.items() if not w}
-
-
-def settings_of(landing: Path | str, warehouse: Path | str, **kw) -> Settings:
-    return Settings(
-        landing=str(landing),
-        warehouse=str(warehouse),
-        feed_k=K,
-        strategy="ff-per-pair",
-        strategies=("ff-per-pair",),
-        shuffle_partitions=4,
-        **kw,
-    )
-
-
-@pytest.fixture(scope="module")
-def topics_built(spark, tmp_path_factory) -> Settings:
-    """The three days built (ingest, rates, plan, materialize), once per run."""
-    from support.once import shared_folder
-
-    landing = shared_folder(tmp_path_factory, "topics-landing", topics_workload)
-
-    def make(folder: Path) -> None:
-        build(spark, settings_of(landing, folder), DAYS)
-
-    return settings_of(landing, shared_folder(tmp_path_factory, "topics-built", make))
-
-
-@pytest.fixture
-def topics_copy(topics_built, tmp_path) -> Settings:
-    from support.once import private_copy
-
-    return dataclasses.replace(
-        topics_built, warehouse=str(private_copy(topics_built.warehouse, tmp_path / "wh"))
-    )
+DAYS = TOPIC_DATES
 
 
 @functools.cache
@@ -160,36 +121,9 @@ def test_topic_events_are_every_predicate_evaluated_on_every_event(spark, topics
     assert "topic000000" in rates and "not-eu" in rates
 
 
-@pytest.mark.parametrize("strategy", SERVED)
+@pytest.mark.parametrize("strategy", STAGE_TIER)
 def test_assembled_feeds_with_topics_equal_the_naive_answer(spark, topics_copy, strategy):
-    s = dataclasses.replace(topics_copy, strategy=strategy, strategies=(strategy,))
-    for stage in ("plan", "materialize"):
-        runner.run_stage(stage, s, TOPIC_LAST, spark)
-    expected = naive_feeds(s.landing)
-    consumers = sorted(expected)
-    got = FeedReader(s.warehouse, TOPIC_LAST, unpublished=True).feeds(consumers, K)
-    ids = {c: [it.event_id for it in f] for c, f in got.items()}
-    mismatched = [c for c in consumers if ids[c] != expected[c]]
-    assert not mismatched, f"{len(mismatched)} of {len(consumers)} feeds differ: {mismatched[:3]}"
-    author = author_of(s.landing)
-    assert all(it.producer_id == author[it.event_id] for f in got.values() for it in f)
-    # topic edges are planned like any edge: the strategies that mix modes mix them on topics
-    topic_modes = {m for (_, p), m in edge_modes(spark, s, TOPIC_LAST).items() if p in TOPICS}
-    if strategy in ("ff-per-pair", "ff-latency-pair"):
-        assert topic_modes == {"push", "pull"}
-    elif strategy.startswith("cz-"):
-        assert "view" in topic_modes, topic_modes
-
-
-@functools.cache
-def naive_feeds(landing: str) -> dict[str, list[str]]:
-    return naive.feeds(Path(landing), TOPIC_LAST, START, K)
-
-
-@functools.cache
-def author_of(landing: str) -> dict[str, str]:
-    ev = naive.events(Path(landing), TOPIC_LAST, START)
-    return dict(zip(ev["event_id"], ev["producer_id"], strict=True))
+    check_topic_feeds(spark, topics_copy, strategy)
 
 
 def test_feeds_meet_events_through_author_and_topic_once(topics_built):
@@ -199,7 +133,7 @@ def test_feeds_meet_events_through_author_and_topic_once(topics_built):
     edges = naive.graph(landing, TOPIC_LAST, START)
     author = author_of(topics_built.landing)
     both = through_topic = 0
-    for c, feed in naive_feeds(topics_built.landing).items():
+    for c, feed in naive_topic_feeds(topics_built.landing).items():
         for e in feed:
             if (c, author[e]) in edges:
                 both += 1

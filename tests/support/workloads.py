@@ -36,6 +36,11 @@ SERVED = tuple(s for s in STRATEGIES if s != "cz-hierarchy2")
 """The strategies the per-strategy feed tests serve: ``cz-lp`` is Hierarchy-2 improved
 part by part (jobs/selection/part.py), its plans of the same kind (views and pulls), so its
 feeds stand for Hierarchy-2's."""
+STAGE_TIER = ("ff-per-pair", "cz-lp")
+"""Of :data:`SERVED`, the strategies the stage tier (``make check``) serves: the default
+strategies' two kinds of plan, pushes and pulls and shared views. The end-to-end tier
+(tests/e2e/test_strategies.py) serves the others on the same days."""
+OTHER_SERVED = tuple(s for s in SERVED if s not in STAGE_TIER)
 
 
 def add_fast_producer(landing: Path, consumers: list[str]) -> None:
@@ -144,6 +149,24 @@ HAND_TOPICS = {
 }
 CONFLICTING = ("twice", "region = eu", "region = na")
 CHANGED, REMOVED = "topic000030", "topic000031"
+TOPIC_DATES = [START + dt.timedelta(days=i) for i in range(TOPIC_DAYS)]
+TOPICS = {f"topic{i:06d}" for i in range(40)} | {t for t, (_, w) in HAND_TOPICS.items() if not w}
+"""The topics in force on the last topic day."""
+
+
+def topic_settings(landing: Path | str, warehouse: Path | str, **kw):
+    """The topic days' settings: FF-PerPair served, the only strategy computed."""
+    from jobs.common.config import Settings
+
+    return Settings(
+        landing=str(landing),
+        warehouse=str(warehouse),
+        feed_k=K,
+        strategy="ff-per-pair",
+        strategies=("ff-per-pair",),
+        shuffle_partitions=4,
+        **kw,
+    )
 
 
 def topics_profile():

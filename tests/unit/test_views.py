@@ -198,6 +198,18 @@ def test_lower_bound_without_overlaps_is_each_users_best_plan_alone(seed):
     assert views.lower_bound(p) == pytest.approx(expected)
 
 
+def side_by_side(problems: list[views.Problem]) -> views.Problem:
+    """One problem of several, each one's users and feeds renamed apart (``i-``)."""
+    theta, follows, phi = {}, {}, {}
+    for i, q in enumerate(problems):
+        theta.update({f"{i}-{u}": t for u, t in q.theta.items()})
+        phi.update({f"{i}-{f}": x for f, x in q.phi.items()})
+        follows.update(
+            {f"{i}-{u}": frozenset(f"{i}-{f}" for f in fs) for u, fs in q.follows.items()}
+        )
+    return views.Problem(theta, follows, phi, H, L)
+
+
 def edges_frame(spark, p: views.Problem):
     rows = [(u, f, p.phi[f], p.theta[u]) for u, fs in p.follows.items() for f in sorted(fs)]
     return spark.createDataFrame(
@@ -205,11 +217,12 @@ def edges_frame(spark, p: views.Problem):
     )
 
 
-@pytest.mark.parametrize("seed", [3, 7, 11])
-def test_spark_candidates_and_their_users_match_algorithm_1(spark, seed):
+def test_spark_candidates_and_their_users_match_algorithm_1(spark):
+    """Three random problems side by side (disjoint ids: every candidate and cap is one
+    problem's), in one Spark computation per candidate kind and cap."""
     from jobs.selection import shared
 
-    p = random_problem(seed)
+    p = side_by_side([random_problem(seed) for seed in (3, 7, 11)])
     e = edges_frame(spark, p)
     for full in (False, True, "union"):
         expected = {c.feeds: (c.users, c.query_freq) for c in views.candidate_views(p, full)}
@@ -370,7 +383,12 @@ def test_spark_selection_matches_the_sequential_plan(spark, part_users, user_vie
     ff_push = {u: frozenset() for u in p.follows}
     for r in ff.where(F.col("mode") == "push").collect():
         ff_push[r.consumer_id] = ff_push[r.consumer_id] | {r.producer_id}
+    # tiny parts or caps change how the graph is cut, not how a part is planned: one
+    # strategy per candidate kind (Algorithm 1's with the LP, both sets with Greedy)
+    small = part_users < 1000 or user_views < 1000
     for name, (full, _) in views.ALGORITHMS.items():
+        if small and name not in ("cz-lp", "cz-greedy-union"):
+            continue
         assigned, rows = shared.select_views(
             e, ff, name, shared.ViewParams(CostModel(H, L), part_users, user_views)
         )
@@ -470,13 +488,15 @@ def test_spark_bound_is_the_sequential_bound_and_capped_stays_below_the_optimum(
     over = bound.lower_bound(edges, model, 10**9, bound.DriverLimit(len(rows), full.pairs - 1))
     assert over.where == "spark" and over.cost == pytest.approx(full.cost)
     # the brute-force oracle's optimum of every problem (the inactive consumers' reads added)
+    capped_costs = []
     for budget in (0, 40, 400):
         capped = bound.lower_bound(edges, model, pair_budget=budget)
         assert capped.kind == bound.KIND_CAPPED and capped.pairs <= budget
         assert capped.where == "spark"  # a capped bound is never the sequential one
         assert 0 < capped.cost <= full.cost + 1e-9
         assert capped.cost <= best + idle + 1e-9
-    assert bound.lower_bound(edges, model, pair_budget=0).cost < full.cost - 1
+        capped_costs.append(capped.cost)
+    assert capped_costs[0] < full.cost - 1  # with no pair listed, the bound does fall
 
 
 def test_pair_cap_keeps_the_listed_pairs_within_the_budget():
