@@ -178,12 +178,15 @@ class Plans:
             df.unpersist()
 
 
-def strategy_plans(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> Plans:
+def strategy_plans(
+    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, reread: bool = False
+) -> Plans:
     """The plans of every enabled strategy from the data of day ``ds``: its follow graph and
     rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis). The plan
-    stage serves one of them; ``feedpipe evaluate`` replays them all on the next day."""
+    stage serves one of them (and reads the edges again for its certificate: ``reread``);
+    ``feedpipe evaluate`` replays them all on the next day."""
     edges, phi = day_edges(spark, settings, ds, wh)
-    return plans_of(edges, settings, phi)
+    return plans_of(edges, settings, phi, reread)
 
 
 def day_edges(
@@ -205,17 +208,23 @@ def day_edges(
     return edges, pr.select("producer_id", F.col("events_per_hour").alias("phi"))
 
 
-def plans_of(edges: DataFrame, settings: Settings, phi: DataFrame | None = None) -> Plans:
+def plans_of(
+    edges: DataFrame, settings: Settings, phi: DataFrame | None = None, reread: bool = False
+) -> Plans:
     """Every enabled strategy's plan of the follow edges ``edges``
     (``feeding_frenzy.edge_inputs``), priced with the cost model; ``edges`` is kept until
-    :meth:`Plans.release` when more than one plan reads it. ``phi``: producer_id, phi of the
-    shared views' producers (default: the edges' own)."""
+    :meth:`Plans.release` when more than one plan reads it, or the caller reads it again
+    (``reread``: the plan stage's certificate, whose Spark computation scans the edges
+    several times; kept, it took 8.2 s instead of 12.6 s on the Higgs week's last day,
+    docs/tuning.md). ``phi``: producer_id, phi of the shared views' producers (default: the
+    edges' own)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     params = PlanParams.of(settings)
     strategies = params.strategies
-    if len(strategies) > 1 or any(s in SHARED_VIEW_STRATEGIES for s in strategies):
+    shared = any(s in SHARED_VIEW_STRATEGIES for s in strategies)
+    if reread or len(strategies) > 1 or shared:
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
     timings: dict[str, dict[str, float]] = {}
     stacked, part_rows = assignments(edges, params, timings)
@@ -255,7 +264,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    plans = strategy_plans(spark, settings, ds, wh)
+    plans = strategy_plans(spark, settings, ds, wh, reread=True)
     stacked, part_rows, shared_members, costs = (
         plans.stacked,
         plans.part_rows,
