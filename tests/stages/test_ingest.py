@@ -13,9 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.common import ledger, versions
+from jobs.common.config import Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import ContractError, contract, has_partition, read_partition
 from jobs.stages import ingest
+from support.once import private_copy
 
 D1, D2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
 ODD = 'o"neil, jr.'  # a quote and a comma inside an id
@@ -60,10 +62,34 @@ def csv_line(*values: str) -> str:
     return ",".join('"' + v.replace('"', '""') + '"' for v in values) + "\n"
 
 
+def day1_settings(root: Path) -> Settings:
+    return Settings(
+        landing=str(root / "landing"),
+        warehouse=str(root / "warehouse"),
+        shuffle_partitions=4,
+        max_quarantine_share=1.0,  # these files are mostly bad on purpose
+    )
+
+
+@pytest.fixture(scope="module")
+def ingested_day1(spark, tmp_path_factory) -> tuple[Settings, dict]:
+    """Day one's landing files (:func:`land_day1`) ingested once for the module: the settings
+    and the ingest's result. Read them only; a test that writes works on :func:`day1`."""
+    s = day1_settings(tmp_path_factory.mktemp("day1"))
+    land_day1(Path(s.landing))
+    return s, ingest_day(spark, s, D1)
+
+
 @pytest.fixture
-def day1(make_settings):
-    s = make_settings(max_quarantine_share=1.0)  # these files are mostly bad on purpose
-    root = Path(s.landing)
+def day1(ingested_day1, tmp_path) -> Settings:
+    """A private copy of the landing and the warehouse after day one's ingest."""
+    s, _ = ingested_day1
+    private_copy(s.landing, tmp_path / "landing")
+    private_copy(s.warehouse, tmp_path / "warehouse")
+    return day1_settings(tmp_path)
+
+
+def land_day1(root: Path) -> None:
     put(
         root,
         "follows",
@@ -130,7 +156,6 @@ def day1(make_settings):
         "consumer_id,viewed_at\n" + csv_line("alice", "2026-03-01T10:00:00Z") * 2,
     )
     put(root, "views", D1, "empty.csv", "consumer_id,viewed_at\n")  # header only
-    return s
 
 
 def counts(stats, table):
@@ -138,9 +163,9 @@ def counts(stats, table):
     return c["rows_in"], c["clean"], c["duplicates"], c["quarantined"]
 
 
-def test_day_one_every_row_accounted_for(spark, day1):
-    stats = ingest_day(spark, day1, D1)
-    wh = Storage.at(day1.warehouse)
+def test_day_one_every_row_accounted_for(spark, ingested_day1):
+    s, stats = ingested_day1
+    wh = Storage.at(s.warehouse)
     # follows: 6 rows = 3 clean + 1 repeated edge + self-follow + null key
     assert counts(stats, "follows") == (6, 3, 1, 2)
     assert stats["tables"]["follows"]["quarantine_reasons"] == {"null_key": 1, "self_follow": 1}
@@ -188,7 +213,6 @@ def test_day_one_every_row_accounted_for(spark, day1):
 
 
 def test_change_log_applies_to_the_previous_graph(spark, day1):
-    ingest_day(spark, day1, D1)
     put(
         Path(day1.landing),
         "follows",
@@ -260,11 +284,14 @@ def test_change_log_applies_to_the_previous_graph(spark, day1):
     assert read_partition(spark, wh, contract("clean", "events"), D2).count() == 0
 
 
-def test_rerun_gives_the_same_rows(spark, day1):
+def test_rerun_gives_the_same_rows(spark, ingested_day1, day1):
+    first = sorted(
+        read_partition(
+            spark, Storage.at(ingested_day1[0].warehouse), contract("clean", "events"), D1
+        ).collect()
+    )
     ingest_day(spark, day1, D1)
     wh = Storage.at(day1.warehouse)
-    first = sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect())
-    ingest_day(spark, day1, D1)
     assert sorted(read_partition(spark, wh, contract("clean", "events"), D1).collect()) == first
     assert len(list((Path(day1.warehouse) / "clean" / "events").iterdir())) == 1  # one partition
 
@@ -290,7 +317,6 @@ def test_bad_files_fail_with_the_file_and_the_problem(spark, make_settings, name
 
 
 def test_a_resent_late_event_is_a_duplicate_across_days(spark, day1):
-    ingest_day(spark, day1, D1)
     resent = [
         {"event_id": "e1", "producer_id": ODD, "created_at": "2026-03-01T08:00:00Z"},  # seen on D1
         {"event_id": "e9", "producer_id": ODD, "created_at": "2026-03-01T09:00:00Z"},  # new, late
