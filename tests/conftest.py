@@ -18,13 +18,14 @@ import pytest
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# The drivers the tests start for one run or one module (`feedpipe` subprocesses, the DAG's
-# tasks, a Connect server) compile with C1 only: their days are small and the suite's two
-# processes share two cores, where C2's compilations cost more CPU than they save
-# (bench/jvm_options.py; docs/operations.md, "Driver JVM options"). The session each test
-# process keeps for its whole run (`spark` below) keeps the default JIT: it runs long enough
-# for C2's code to pay (the Higgs week took 611 s in it under C1, 402 s under the default).
-os.environ.setdefault("FEEDPIPE_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# Every driver of the suite compiles with C1 only: the session each test process keeps for its
+# whole run (`spark` below) and the drivers the tests start (`feedpipe` subprocesses, the DAG's
+# tasks, a Connect server). The suite's two processes share two cores, where C2's compilations
+# cost more CPU than they save on small days (docs/tuning.md, "C1-only drivers on small days";
+# docs/operations.md, "Driver JVM options"), with room for the code a whole run compiles (C1's
+# own default, 48 MB, fills up and the JVM stops compiling).
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+os.environ.setdefault("FEEDPIPE_JAVA_OPTIONS", JAVA_OPTIONS)
 
 TEST_SPARK = {"spark.driver.memory": "2g"}
 """The test session's own settings on top of the stages' (``jobs.common.spark``)."""
@@ -61,12 +62,7 @@ def spark() -> Iterator:
     from jobs.common.spark import build_session
 
     settings = Settings(spark_master="local[2]", shuffle_partitions=4, spark_conf=TEST_SPARK)
-    saved = os.environ.pop("FEEDPIPE_JAVA_OPTIONS", None)  # this JVM: the default JIT
-    try:
-        session = build_session(settings, "feedpipe-tests")
-    finally:
-        if saved is not None:
-            os.environ["FEEDPIPE_JAVA_OPTIONS"] = saved
+    session = build_session(settings, "feedpipe-tests")
     yield session
     session.stop()
 

@@ -35,6 +35,10 @@ def spark_defaults(settings: Settings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.log.level": "WARN",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # PySpark's DataFrame debugging records the Python call site of every DataFrame call
+        # in the JVM, in more Py4J calls per call: driver work that small days feel
+        # (docs/tuning.md, "No DataFrame call sites")
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     from jobs.common.cds import driver_java_options
 
