@@ -141,7 +141,8 @@ def edge_landing(root: Path) -> None:
 def test_payloads_and_ids_survive_from_landing_to_with_payload_byte_for_byte(
     spark, make_settings, tmp_path
 ):
-    s = make_settings()
+    # payloads do not depend on the plan: FF-PerPair alone is computed
+    s = make_settings(strategy="ff-per-pair", strategies=("ff-per-pair",))
     edge_landing(Path(s.landing))
     runner.run_day(s, D, spark)
     expected = {
