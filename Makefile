@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
+PACKAGES := $(VENV)/.packages
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE :=
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -14,16 +15,21 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 install: $(STAMP)
 
 # The venv is built from PyPI alone (pip runs isolated from the machine's configuration);
-# uv installs the locked set, then the project itself in editable mode. The class archive
-# is made again when its recipe (jobs/common/cds.py: the collector, the training application) changes.
-$(STAMP): requirements.lock pyproject.toml jobs/common/cds.py
+# uv installs the locked set, then the project itself in editable mode. The JVM helpers come
+# next: the S3A jars, then the class archive, made again when its recipe (jobs/common/cds.py:
+# the collector, the training application) changes. Lint needs only the packages, so `make
+# test` and `make check` run it while the helpers are made (mypy and the archive's training
+# application each keep one core busy for about 40 s).
+$(PACKAGES): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --isolated --disable-pip-version-check -q uv==$(UV_VERSION)
-	$(BIN)/uv pip sync --python $(BIN)/python --compile-bytecode requirements.lock
+	$(BIN)/uv pip sync --python $(BIN)/python requirements.lock
 	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	@touch $(PACKAGES)
+
+$(STAMP): $(PACKAGES) jobs/common/cds.py
 	$(BIN)/python -m jobs.common.s3a
 	$(BIN)/python -m jobs.common.cds
-
 	@touch $(STAMP)
 
 lock:
@@ -34,7 +40,7 @@ lock:
 demo: $(STAMP)
 	$(BIN)/python -m jobs.dev.demo
 
-lint: $(STAMP)
+lint: $(PACKAGES)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -48,11 +54,13 @@ PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorde
 
 # the fast tier: lint, types, stage and unit tests (the stage files first: they share a
 # multi-day build, which one process makes while the other runs the rest)
-check: lint
+check:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint install
 	$(PYTEST) tests/stages tests/unit
 
 # everything: the README's test command, which .ci/run calls
-test: lint
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint install
 	$(PYTEST)
 
 # Benchmarks (not part of `make test`): a day of ff2010 against the DuckDB reference

@@ -20,10 +20,11 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # Every driver of the suite compiles with C1 only: the session each test process keeps for its
 # whole run (`spark` below) and the drivers the tests start (`feedpipe` subprocesses, the DAG's
-# tasks, a Connect server). The suite's two processes share two cores, where C2's compilations
-# cost more CPU than they save on small days (docs/tuning.md, "C1-only drivers on small days";
-# docs/operations.md, "Driver JVM options"), with room for the code a whole run compiles (C1's
-# own default, 48 MB, fills up and the JVM stops compiling).
+# tasks, a Connect server), except the Higgs week's (tests/e2e/test_real_data.py). The suite's
+# two processes share two cores, where C2's compilations cost more CPU than they save on small
+# days (docs/tuning.md, "C1-only drivers on small days"; docs/operations.md, "Driver JVM
+# options"), with room for the code a whole run compiles (C1's own default, 48 MB, fills up and
+# the JVM stops compiling).
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ.setdefault("FEEDPIPE_JAVA_OPTIONS", JAVA_OPTIONS)
 
