@@ -43,7 +43,8 @@ def plan(spark, metric, bound, quantile, per_consumer, inactive=()):
     name = "ff-latency-consumer" if per_consumer else "ff-latency-pair"
     target = cost.LatencyTarget(metric, bound, quantile)
     out = latency.latency_constrained(base, name, cost.CostModel(H, L), target, per_consumer)
-    return out
+    # computed once, as the plan stage keeps its plans: the checks below read it several times
+    return out.localCheckpoint()
 
 
 def pushed(df) -> set[tuple[str, str]]:
