@@ -18,8 +18,9 @@ Tasks pass nothing but the date: stages read and write tables under the warehous
 `validate_tables`, and `publish_day` does not run, so the day is never marked complete.
 
 Manual runs take typed params: `strategy` (serve this strategy instead of the configured
-one), `full_refresh` (rebuild the feeds from all clean events) and `allow_empty` (landing
-tables to run as empty after a known upstream outage, e.g. `events,views`).
+one), `full_refresh` (rebuild the feeds from all clean events), `allow_empty` (landing
+tables to run as empty after a known upstream outage, e.g. `events,views`) and `accept_gates`
+(gates to accept for the day although they fail, a known anomaly: `volume`, `follows`).
 Every task depends on the same task of the previous run (`depends_on_past`), so days run in
 order. Backfills: `airflow backfill create --dag-id feeds_daily --from-date ... --to-date ...
 --reprocess-behavior failed` (see docs/operations.md).
@@ -77,6 +78,7 @@ def _stage_env() -> dict[str, str]:
         "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "FEEDPIPE_STRATEGY": "{{ params.strategy or '' }}",
         "FEEDPIPE_ALLOW_EMPTY": "{{ params.allow_empty or '' }}",
+        "FEEDPIPE_ACCEPT_GATES": "{{ params.accept_gates or '' }}",
     }
     if os.environ.get("SPARK_LOCAL_IP"):
         env["SPARK_LOCAL_IP"] = os.environ["SPARK_LOCAL_IP"]
@@ -145,6 +147,12 @@ with DAG(
             type=["null", "string"],
             description="Landing tables to run as empty (a known outage), e.g. events,views.",
         ),
+        "accept_gates": Param(
+            "",
+            type=["null", "string"],
+            description="Gates to accept for this day although they fail (a known anomaly): "
+            "volume, follows.",
+        ),
     },
     default_args={
         # a day's rates read the previous days' clean events and its feeds build on the
@@ -167,8 +175,8 @@ with DAG(
     )
     for stage in STAGES:
         args = [stage, "--ds", "{{ ds }}"]
-        if stage == "materialize":
-            args.append("--full-refresh={{ params.full_refresh | string | lower }}")
+        if stage == "materialize":  # the param as the stage's flag, one way or the other
+            args.append("{{ '--full-refresh' if params.full_refresh else '--no-full-refresh' }}")
         task = SparkSubmitOperator(
             task_id=TASK_IDS[stage],
             conn_id="feedpipe_spark",

@@ -15,56 +15,122 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from jobs.common.config import STRATEGIES, ConfigError, Settings, load_settings
 from jobs.common.pipeline import DESCRIPTIONS, STAGES, in_order
 
 log = logging.getLogger("feedpipe")
 
-SETTING_FLAGS: dict[str, tuple[str, type, str]] = {
-    "landing": ("--landing", str, "landing root (local path or s3://)"),
-    "warehouse": ("--warehouse", str, "warehouse root (local path or s3://)"),
-    "publish_to": ("--publish-to", str, "also publish complete days to this s3://bucket/prefix"),
-    "spark_master": ("--spark-master", str, "Spark master when not launched by spark-submit"),
-    "spark_remote": ("--spark-remote", str, "run on this Spark Connect server (sc://host:port)"),
+SETTING_FLAGS: dict[str, tuple[str, type, str, str]] = {
+    "landing": ("--landing", str, "ROOT", "landing root (local path or s3://)"),
+    "warehouse": ("--warehouse", str, "ROOT", "warehouse root (local path or s3://)"),
+    "publish_to": (
+        "--publish-to",
+        str,
+        "URI",
+        "also publish complete days to this s3://bucket/prefix",
+    ),
+    "spark_master": ("--spark-master", str, "MASTER", "Spark master outside spark-submit"),
+    "spark_remote": (
+        "--spark-remote",
+        str,
+        "URL",
+        "run on this Spark Connect server (sc://host:port)",
+    ),
     "allow_empty": (
         "--allow-empty",
         str,
+        "TABLES",
         "landing tables to run as empty this day (a known outage), e.g. events,views",
     ),
-    "push_cost": ("--push-cost", float, "H, cost of one event pushed into one view"),
-    "pull_cost": ("--pull-cost", float, "L, cost of one source read at view time"),
-    "feed_k": ("--feed-k", int, "events per feed (k)"),
-    "rate_window_days": ("--rate-window-days", int, "days of history behind each rate"),
-    "strategy": ("--strategy", str, f"auto or one of: {', '.join(STRATEGIES)}"),
-    "coherency": ("--coherency", str, "global or per_producer"),
-    "feed_k_per_producer": ("--feed-k-per-producer", int, "k_p under per-producer coherency"),
-    "latency_metric": ("--latency-metric", str, "latency target bounds: sources or pulls"),
-    "latency_bound": ("--latency-bound", int, "at most this many sources/pulls per view"),
-    "latency_quantile": ("--latency-quantile", float, "...for this share of feed views"),
+    "accept_gates": (
+        "--accept-gate",
+        str,
+        "GATES",
+        "gates to accept this day although they fail (a known anomaly): volume, follows",
+    ),
+    "push_cost": ("--push-cost", float, "H", "H, cost of one event pushed into one view"),
+    "pull_cost": ("--pull-cost", float, "L", "L, cost of one source read at view time"),
+    "feed_k": ("--feed-k", int, "K", "events per feed (k)"),
+    "rate_window_days": ("--rate-window-days", int, "DAYS", "days of history behind each rate"),
+    "strategy": ("--strategy", str, "NAME", f"auto or one of: {', '.join(STRATEGIES)}"),
+    "coherency": ("--coherency", str, "MODE", "global or per_producer"),
+    "feed_k_per_producer": (
+        "--feed-k-per-producer",
+        int,
+        "KP",
+        "k_p, events per producer under per-producer coherency",
+    ),
+    "latency_metric": (
+        "--latency-metric",
+        str,
+        "METRIC",
+        "latency target bounds: sources or pulls",
+    ),
+    "latency_bound": ("--latency-bound", int, "N", "at most this many sources/pulls per view"),
+    "latency_quantile": ("--latency-quantile", float, "SHARE", "...for this share of feed views"),
     "inactive_after_days": (
         "--inactive-after-days",
         int,
+        "DAYS",
         "no materialized feed after this many days without a view (0: off)",
     ),
 }
+"""The settings a flag overrides: name -> (flag, type, metavar, help)."""
+
+ALL_SETTINGS = tuple(SETTING_FLAGS)
+VERB_SETTINGS: dict[str, tuple[str, ...]] = {
+    "generate": (),
+    "import": (),
+    "feed": ("warehouse", "publish_to"),
+    "tables": ("warehouse",),
+    "catalog": ("warehouse", "spark_master", "spark_remote"),
+    "report": ("warehouse",),
+}
+"""The settings each verb reads, when not all of them: a verb offers only their flags (none,
+and no ``--config``, for the verbs that read no settings)."""
+
+VERB_SETTING_HELP = {
+    ("feed", "publish_to"): "the s3://bucket/prefix days are published to (what --published reads)",
+    ("catalog", "spark_master"): "Spark master of --register's session",
+    ("catalog", "spark_remote"): "run --register's statements on this Spark Connect server",
+}
+"""A setting's help where a verb uses it differently from the pipeline."""
+
+DAY = "YYYY-MM-DD"
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error in two lines, what is wrong and where the help is, not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, usage_error(self.prog, message))
+
+
+class UsageError(Exception):
+    """Options that parse but do not go together: reported like a parser's usage error."""
+
+
+def usage_error(prog: str, message: str) -> str:
+    return f"{prog}: error: {message}\nsee '{prog} --help'\n"
 
 
 def _date(value: str) -> dt.date:
     try:
         return dt.date.fromisoformat(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {value!r}") from exc
+        raise argparse.ArgumentTypeError(f"not a date ({DAY}): {value!r}") from exc
 
 
-def _flag(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off", ""}:
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+def _k(value: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"k must be >= 1, not {k}")
+    return k
 
 
 def _stages(value: str) -> tuple[str, ...]:
@@ -74,61 +140,131 @@ def _stages(value: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _settings_parent() -> argparse.ArgumentParser:
+def _options_parent(verb: str) -> argparse.ArgumentParser:
+    """The flags of the settings ``verb`` reads (and ``--config`` when it reads any), and
+    logging's."""
+    names = VERB_SETTINGS.get(verb, ALL_SETTINGS)
     p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("settings (override feedpipe.toml and FEEDPIPE_* variables)")
-    g.add_argument("--config", help="a feedpipe.toml file (default: $FEEDPIPE_CONFIG)")
-    for name, (flag, typ, text) in SETTING_FLAGS.items():
-        g.add_argument(flag, dest=f"set_{name}", type=typ, help=text)
+    if names:
+        g = p.add_argument_group("settings (override feedpipe.toml and FEEDPIPE_* variables)")
+        g.add_argument(
+            "--config", metavar="FILE", help="a feedpipe.toml file (default: $FEEDPIPE_CONFIG)"
+        )
+        for name in names:
+            flag, typ, metavar, text = SETTING_FLAGS[name]
+            text = VERB_SETTING_HELP.get((verb, name), text)
+            g.add_argument(flag, dest=f"set_{name}", type=typ, metavar=metavar, help=text)
+    g = p.add_argument_group("logging")
     g.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     g.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Verbs:
+    """The subcommands: each added with the options of the settings it reads."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def add(self, verb: str, text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = self.sub.add_parser(
+            verb, parents=[_options_parent(verb)], help=text, description=text[0].upper() + text[1:]
+        )
+        return p
+
+
+def _ds(p: argparse.ArgumentParser, text: str, required: bool = False) -> None:
+    p.add_argument("--ds", required=required, type=_date, metavar=DAY, help=text)
+
+
+def _day_range(p: argparse.ArgumentParser, first: str, last: str, required: bool = True) -> None:
+    p.add_argument("--start", required=required, type=_date, metavar=DAY, help=first)
+    p.add_argument("--end", required=required, type=_date, metavar=DAY, help=last)
+
+
+def _full_refresh(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--full-refresh",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="rebuild the feeds from all clean events instead of the previous day's feeds",
+    )
+
+
+def _add_generate(verbs: Verbs) -> None:
     from jobs.workloads.generate import FORMATS, PROFILES
 
-    common = _settings_parent()
-    parser = argparse.ArgumentParser(
-        prog="feedpipe",
-        description="Decide push vs pull per follow edge every day and materialize the feeds.",
-    )
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    g = sub.add_parser(
-        "generate", parents=[common], help="write a synthetic workload in the landing layout"
-    )
-    g.add_argument("--out", required=True, help="landing root to write (local path or s3://)")
-    g.add_argument("--start", required=True, type=_date, help="first day (YYYY-MM-DD)")
-    g.add_argument("--days", type=int, default=1, help="number of days (default 1)")
+    g = verbs.add("generate", "write a synthetic workload in the landing layout")
+    g.add_argument("--out", required=True, metavar="ROOT", help="landing root to write")
+    g.add_argument("--start", required=True, type=_date, metavar=DAY, help="first day")
+    g.add_argument("--days", type=int, default=1, metavar="N", help="number of days (default 1)")
     g.add_argument("--profile", choices=sorted(PROFILES), default="ff2010", help="workload shape")
-    g.add_argument("--scale", type=float, default=1.0, help="population multiplier (default 1)")
-    g.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
-    g.add_argument("--format", choices=FORMATS, help="file format for all three tables")
+    g.add_argument(
+        "--scale", type=float, default=1.0, metavar="X", help="population multiplier (default 1)"
+    )
+    g.add_argument("--seed", type=int, default=7, metavar="N", help="random seed (default 7)")
+    g.add_argument("--format", choices=FORMATS, help="file format of all three tables")
     g.add_argument("--gzip", action="store_true", help="gzip CSV / JSON Lines files")
-    g.add_argument("--trend-share", type=float, default=0.0, help="share of ids with a daily trend")
-    g.add_argument("--trend-per-day", type=float, default=0.15, help="max daily growth of a trend")
-    g.add_argument("--flash-producers", type=int, default=0, help="producers with a flash event")
-    g.add_argument("--flash-day", type=_date, help="day of the flash event")
-    g.add_argument("--flash-factor", type=float, default=10.0, help="rate multiplier of a flash")
+    g.add_argument(
+        "--trend-share",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="share of ids with a daily trend (default 0)",
+    )
+    g.add_argument(
+        "--trend-per-day",
+        type=float,
+        default=0.15,
+        metavar="RATE",
+        help="largest daily growth of a trend (default 0.15)",
+    )
+    g.add_argument(
+        "--flash-producers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="producers with a flash event (default 0)",
+    )
+    g.add_argument("--flash-day", type=_date, metavar=DAY, help="day of the flash event")
+    g.add_argument(
+        "--flash-factor",
+        type=float,
+        default=10.0,
+        metavar="X",
+        help="rate multiplier of a flash (default 10)",
+    )
     g.add_argument(
         "--topics",
         type=int,
         default=0,
+        metavar="N",
         help="topic producers (default 0): events get attributes, day 1 lands the definitions",
     )
     g.add_argument(
-        "--topic-follows", type=float, default=1.0, help="topics followed per consumer (default 1)"
+        "--topic-follows",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="topics followed per consumer (default 1)",
     )
 
-    imp = sub.add_parser("import", parents=[common], help="a real data set into the landing layout")
+
+def _add_import(verbs: Verbs) -> None:
+    from jobs.workloads.generate import PROFILES
+
+    imp = verbs.add("import", "a real data set into the landing layout")
     imp.add_argument("name", choices=("snap-edges", "higgs"), help="importer")
     imp.add_argument(
-        "--src", required=True, help="the edge list file (snap-edges) or folder (higgs)"
+        "--src", required=True, metavar="PATH", help="the edge list (snap-edges) or folder (higgs)"
     )
-    imp.add_argument("--out", required=True, help="landing root to write")
+    imp.add_argument("--out", required=True, metavar="ROOT", help="landing root to write")
     imp.add_argument(
-        "--ds", type=_date, default=dt.date(2026, 1, 1), help="day of the graph snapshot"
+        "--ds",
+        type=_date,
+        default=dt.date(2026, 1, 1),
+        metavar=DAY,
+        help="day of the graph snapshot (snap-edges; default 2026-01-01)",
     )
     imp.add_argument("--reverse", action="store_true", help="edge A B means B follows A")
     imp.add_argument(
@@ -136,87 +272,132 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(PROFILES),
         help="also generate events and views with this profile's rate distributions",
     )
-    imp.add_argument("--days", type=int, default=1, help="days of generated activity")
-    imp.add_argument("--seed", type=int, default=7)
+    imp.add_argument(
+        "--days", type=int, default=1, metavar="N", help="days of generated activity (default 1)"
+    )
+    imp.add_argument(
+        "--seed",
+        type=int,
+        default=7,
+        metavar="N",
+        help="seed of generated activity and of --growth-days' order (default 7)",
+    )
+    imp.add_argument(
+        "--growth-days",
+        type=int,
+        default=1,
+        metavar="N",
+        help="land the graph over N days as a growing network (snap-edges): the edges in a "
+        "seeded order, the first part as --ds's snapshot, each next one as the next day's "
+        "follows (default 1: one snapshot)",
+    )
 
+
+def _add_pipeline(verbs: Verbs) -> None:
     for stage in STAGES:
-        sp = sub.add_parser(stage, parents=[common], help=DESCRIPTIONS[stage])
-        sp.add_argument("--ds", required=True, type=_date, help="logical date (YYYY-MM-DD)")
+        sp = verbs.add(stage, DESCRIPTIONS[stage])
+        _ds(sp, "the logical date: the day to run", required=True)
         if stage == "materialize":
-            sp.add_argument(
-                "--full-refresh",
-                nargs="?",
-                const=True,
-                default=False,
-                type=_flag,
-                help="rebuild from all clean events (also --full-refresh=true|false)",
-            )
-
-    r = sub.add_parser("run", parents=[common], help="all stages for one day")
-    r.add_argument("--ds", required=True, type=_date)
+            _full_refresh(sp)
+    r = verbs.add("run", "all stages for one day, in one Spark application")
+    _ds(r, "the logical date: the day to run", required=True)
+    _full_refresh(r)
     r.add_argument(
-        "--full-refresh", action="store_true", help="rebuild feeds from all clean events"
+        "--stages", type=_stages, metavar="LIST", help="a comma-separated subset, e.g. ingest,rates"
     )
-    r.add_argument("--stages", type=_stages, help="comma-separated subset, e.g. ingest,rates")
-
-    b = sub.add_parser(
-        "backfill", parents=[common], help="all stages for each day of a range, in order"
+    b = verbs.add("backfill", "all stages for each day of a range, in order, one Spark application")
+    _day_range(b, "first day to run", "last day to run (included)")
+    _full_refresh(b)
+    b.add_argument(
+        "--stages", type=_stages, metavar="LIST", help="a comma-separated subset, e.g. ingest"
     )
-    b.add_argument("--start", required=True, type=_date)
-    b.add_argument("--end", required=True, type=_date)
-    b.add_argument("--full-refresh", action="store_true")
-    b.add_argument("--stages", type=_stages, help="comma-separated subset, e.g. ingest")
 
-    f = sub.add_parser("feed", parents=[common], help="print assembled feeds (no Spark)")
+
+def _add_feed(verbs: Verbs) -> None:
+    f = verbs.add("feed", "print assembled feeds of published days (no Spark)")
     who = f.add_mutually_exclusive_group(required=True)
-    who.add_argument("--consumer", help="one consumer id")
-    who.add_argument("--consumers", help="a file with one consumer id per line (JSON Lines out)")
-    f.add_argument("--ds", type=_date, help="day (default: the latest published day)")
-    f.add_argument("--k", type=int, help="events per feed (default: the materialized k)")
-    f.add_argument("--format", choices=("table", "json"), default="table")
+    who.add_argument("--consumer", metavar="ID", help="one consumer id")
+    who.add_argument("--consumers", metavar="FILE", help="a file with one consumer id per line")
+    _ds(f, "the day (default: the latest published day)")
+    f.add_argument(
+        "--k", type=_k, metavar="N", help="events per feed, at least 1 (default: the day's k)"
+    )
+    f.add_argument(
+        "--format",
+        choices=("table", "json"),
+        help="table: a heading line per consumer, one line per event (the default with "
+        "--consumer); json: a list of events, with --consumers one object per line, "
+        '{"consumer_id": ..., "feed": [...]} (the default with --consumers)',
+    )
     f.add_argument(
         "--with-payload",
         action="store_true",
         help="add each event's payload and attributes (from the day's event store)",
     )
-    f.add_argument(
+    which = f.add_mutually_exclusive_group()
+    which.add_argument(
         "--published",
         action="store_true",
         help="read the copy published to publish_to (its latest day, or --ds) instead of the "
         "warehouse",
     )
-    f.add_argument(
+    which.add_argument(
         "--unpublished",
         action="store_true",
         help="debugging: read the day's latest complete run, published or not (by default "
         "only published versions are read)",
     )
 
-    tb = sub.add_parser(
-        "tables",
-        parents=[common],
-        help="where each published table of each day is (what queries should read)",
-    )
-    tb.add_argument("table", nargs="?", help="one table, e.g. feeds/consumer_feed (default: all)")
-    tb.add_argument("--ds", type=_date, help="one day (default: every published day)")
-    tb.add_argument("--format", choices=("table", "json", "paths"), default="table")
+
+def _add_tables(verbs: Verbs) -> None:
+    tb = verbs.add("tables", "where each published table of each day is (what queries read)")
     tb.add_argument(
-        "--unpublished", action="store_true", help="the day's latest complete run instead"
+        "table",
+        nargs="?",
+        metavar="TABLE",
+        help="one table, e.g. feeds.consumer_feed or feeds/consumer_feed (default: all)",
+    )
+    _ds(tb, "one day (default: every published day)")
+    tb.add_argument(
+        "--format",
+        choices=("table", "json", "paths"),
+        default="table",
+        help="table: day, table and folder per line (default); json: a list with row counts; "
+        "paths: the folders alone",
+    )
+    tb.add_argument(
+        "--unpublished",
+        action="store_true",
+        help="debugging: the latest complete run of --ds instead of its published version",
     )
 
-    cg = sub.add_parser(
+
+def _add_catalog(verbs: Verbs) -> None:
+    cg = verbs.add(
         "catalog",
-        parents=[common],
-        help="the published tables by name: print CREATE TABLE statements (Spark SQL or Hive), "
-        "register them in a Spark catalog, or rewrite the DuckDB database of views",
+        "the published tables by name: print the statements that register them (Spark SQL or "
+        "Hive), run them in a Spark catalog, or rewrite the DuckDB database of views",
     )
-    cg.add_argument("--dialect", choices=("spark", "hive"), default="spark")
+    cg.add_argument(
+        "--dialect",
+        choices=("spark", "hive"),
+        default="spark",
+        help="the statements' dialect: spark (Spark SQL) or hive (Hive DDL, which Trino's Hive "
+        "connector reads); default %(default)s",
+    )
+    cg.add_argument(
+        "--replace",
+        action="store_true",
+        help="drop each table and create it again (by default the statements only create "
+        "missing tables, add the days published since and move republished days to their "
+        "new folders)",
+    )
     what = cg.add_mutually_exclusive_group()
     what.add_argument(
         "--register",
         action="store_true",
-        help="run the Spark statements in a Spark session's catalog (a shared Hive metastore "
-        "when spark_conf configures one)",
+        help="run the Spark SQL statements in a Spark session's catalog (a shared Hive "
+        "metastore when spark_conf configures one)",
     )
     what.add_argument(
         "--duckdb",
@@ -224,16 +405,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="rewrite <warehouse>/catalog/feedpipe.duckdb now (publish does it after every day)",
     )
 
-    rp = sub.add_parser(
+
+def _add_report(verbs: Verbs) -> None:
+    rep = verbs.add("report", "print a published day's plan cost report")
+    _ds(rep, "the day (default: the latest published day)")
+    rep.add_argument(
+        "--html",
+        action="store_true",
+        help="(re)write the day's HTML report, reports/ds=D/index.html, and print where it is",
+    )
+    rep.add_argument(
+        "--unpublished",
+        action="store_true",
+        help="debugging: also a day that is not published (its latest complete run)",
+    )
+
+
+def _add_evaluate(verbs: Verbs) -> None:
+    rp = verbs.add(
         "evaluate",
-        parents=[common],
-        help="replay every strategy's plan of each day on the next day: realized against "
+        "replay every strategy's plan of each day on the next day: realized against "
         "predicted cost (eval/replay); or, with --experiment, reproduce a paper's experiment",
     )
-    rp.add_argument("--start", type=_date, help="first day to replay")
-    rp.add_argument("--end", type=_date, help="last day to replay")
+    _day_range(rp, "first day to replay", "last day to replay", required=False)
     rp.add_argument(
         "--experiment",
+        metavar="NAME",
         help="instead of a replay: all, or one of ff-fig4 (cost vs query:event ratio), "
         "ff-fig5 (skew), ff-fig6 (push threshold vs latency), ff-fig9 (fan-out), "
         "ff-fig10 (flash event) on generated ff2010 workloads; cz-fig4b (data size), "
@@ -241,61 +438,62 @@ def build_parser() -> argparse.ArgumentParser:
         "cz2015 workloads (docs/evaluation.md)",
     )
     rp.add_argument(
-        "--scale", type=float, default=0.05, help="experiment workload scale (default 0.05)"
+        "--scale",
+        type=float,
+        default=0.05,
+        metavar="X",
+        help="experiment workload scale (default 0.05)",
     )
-    rp.add_argument("--seed", type=int, default=7, help="experiment workload seed")
+    rp.add_argument(
+        "--seed", type=int, default=7, metavar="N", help="experiment workload seed (default 7)"
+    )
     rp.add_argument(
         "--out",
         default="var/experiments",
+        metavar="FOLDER",
         help="folder for the experiment's NAME.csv, NAME.png and NAME.md (default var/experiments)",
     )
-
-    ev = sub.add_parser(
-        "evaluate-rates", parents=[common], help="score rate forecasts on the next day"
+    ev = verbs.add(
+        "evaluate-rates",
+        "score each rate estimator's forecasts against the next day's events and views "
+        "(eval/rates)",
     )
-    ev.add_argument("--start", required=True, type=_date)
-    ev.add_argument("--end", required=True, type=_date)
+    _day_range(ev, "first day whose forecasts are scored", "last day whose forecasts are scored")
 
-    rep = sub.add_parser("report", parents=[common], help="print a day's plan cost report")
-    rep.add_argument("--ds", type=_date, help="day (default: the latest published day)")
-    rep.add_argument(
-        "--html",
-        action="store_true",
-        help="(re)write the day's HTML report, reports/ds=D/index.html, and print where it is",
-    )
 
-    cs = sub.add_parser(
-        "connect-server",
-        parents=[common],
-        help="a long-lived Spark Connect server for the stages (their spark_remote)",
+def _add_service(verbs: Verbs) -> None:
+    cs = verbs.add(
+        "connect-server", "a long-lived Spark Connect server for the stages (their spark_remote)"
     )
-    cs.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    cs.add_argument("--port", type=int, default=15002, help="port to listen on (15002)")
+    cs.add_argument(
+        "--host", default="127.0.0.1", metavar="ADDRESS", help="address to listen on (127.0.0.1)"
+    )
+    cs.add_argument("--port", type=int, default=15002, metavar="N", help="port (15002)")
     cs.add_argument(
         "--driver-memory",
         default=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
+        metavar="SIZE",
         help="the server's JVM heap ($FEEDPIPE_DRIVER_MEMORY, else 3g)",
     )
+    verbs.add("config", "print the effective configuration")
 
-    sub.add_parser("config", parents=[common], help="print the effective configuration")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="feedpipe",
+        description="Decide push vs pull per follow edge every day and materialize the feeds.",
+    )
+    verbs = Verbs(parser)
+    for add in (_add_generate, _add_import, _add_pipeline, _add_feed, _add_tables):
+        add(verbs)
+    for add in (_add_catalog, _add_evaluate, _add_report, _add_service):
+        add(verbs)
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     overrides = {name: getattr(args, f"set_{name}", None) for name in SETTING_FLAGS}
-    return load_settings(args.config, overrides)
-
-
-def _latest_or(ds: dt.date | None, settings: Settings) -> dt.date:
-    if ds is not None:
-        return ds
-    from jobs.common.ledger import latest
-    from jobs.common.storage import Storage
-
-    found = latest(Storage.at(settings.warehouse))
-    if found is None:
-        raise ConfigError(f"no published day in {settings.warehouse}; pass --ds")
-    return found
+    return load_settings(getattr(args, "config", None), overrides)
 
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
@@ -338,46 +536,79 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
         result = import_higgs(Path(args.src), out)
     else:
         result = import_snap_edges(
-            Path(args.src), out, args.ds, args.reverse, args.activity_profile, args.days, args.seed
+            Path(args.src),
+            out,
+            args.ds,
+            args.reverse,
+            args.activity_profile,
+            args.days,
+            args.seed,
+            args.growth_days,
         )
     print(json.dumps(result, indent=2, default=str))
     return 0
 
 
+def _consumer_ids(args: argparse.Namespace) -> list[str]:
+    """The ids asked for, each stripped of surrounding whitespace, blank lines skipped."""
+    from jobs.serving.reader import FeedError
+
+    if args.consumer is not None:
+        if not args.consumer.strip():
+            raise FeedError("--consumer is blank")
+        return [args.consumer.strip()]
+    try:
+        with open(args.consumers, encoding="utf-8") as fh:
+            ids = [line.strip() for line in fh]
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise FeedError(f"cannot read the consumer ids in {args.consumers}: {reason}") from None
+    if not any(ids):
+        raise FeedError(f"{args.consumers} holds no consumer id")
+    return [i for i in ids if i]
+
+
+def _not_consumers(unknown: list[str], ids: list[str], ds: dt.date) -> str:
+    if len(ids) == 1:
+        return f"feedpipe: {ids[0]} is not a consumer on {ds}"
+    shown = ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+    return f"feedpipe: {len(unknown)} of {len(ids)} ids are not consumers on {ds}: {shown}"
+
+
 def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.serving import published
     from jobs.serving.reader import FeedReader, feed_json, format_table
 
+    ids = _consumer_ids(args)
     if args.published:
         if not settings.publish_to:
             raise ConfigError("--published needs publish_to (--publish-to or FEEDPIPE_PUBLISH_TO)")
         reader = FeedReader.published_copy(settings.publish_to, args.ds)
     else:
-        reader = FeedReader(
-            settings.warehouse, _latest_or(args.ds, settings), unpublished=args.unpublished
-        )
-    ds = reader.ds
-
-    if args.unpublished:
+        ds = args.ds if args.ds is not None else published.latest_day(settings.warehouse)
+        reader = FeedReader(settings.warehouse, ds, unpublished=args.unpublished)
+    if args.unpublished and not reader.published:
         print(
-            f"feedpipe: warning: reading the latest complete run of {ds}, "
-            f"{'its published version' if reader.published else 'not a published version'}",
+            f"feedpipe: warning: reading the latest complete run of {reader.ds}, "
+            "not its published version",
             file=sys.stderr,
         )
-    if args.consumer is not None:
-        feed = reader.feeds([args.consumer], args.k, args.with_payload)[args.consumer]
-        print(
-            json.dumps(feed_json(feed))
-            if args.format == "json"
-            else format_table(args.consumer, feed)
-        )
-        return 0
-    with open(args.consumers, encoding="utf-8") as fh:
-        ids = [line.rstrip("\r\n") for line in fh if line.strip()]
+    form = args.format or ("table" if args.consumer is not None else "json")
+    unknown: dict[str, None] = {}  # in the order asked, once each
     for i in range(0, len(ids), 2000):
         chunk = ids[i : i + 2000]
-        feeds = reader.feeds(chunk, args.k, args.with_payload)
-        for c in chunk:
-            print(json.dumps({"consumer_id": c, "feed": feed_json(feeds[c])}))
+        answer = reader.answer(chunk, args.k, args.with_payload)
+        unknown.update(dict.fromkeys(answer.unknown))
+        for n, c in enumerate(chunk, i):
+            feed = answer.feeds[c]
+            if form == "table":
+                print(("\n" if n else "") + format_table(c, feed))
+            elif args.consumer is not None:
+                print(json.dumps(feed_json(feed)))
+            else:
+                print(json.dumps({"consumer_id": c, "feed": feed_json(feed)}))
+    if unknown:
+        print(_not_consumers(list(unknown), list(dict.fromkeys(ids)), reader.ds), file=sys.stderr)
     return 0
 
 
@@ -385,7 +616,7 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.serving.published import locations
 
     if args.unpublished and args.ds is None:
-        raise ConfigError("--unpublished needs --ds")
+        raise UsageError("--unpublished needs --ds")
     found = locations(settings.warehouse, args.table, args.ds, args.unpublished)
     if args.format == "json":
         rows = [
@@ -399,17 +630,17 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     else:
         for x in found:
             print(f"{x.ds}  {x.table:<26} {x.uri}")
-    if not found:
-        what = f"{args.table or 'any table'} on {args.ds or 'any day'}"
-        print(f"feedpipe: nothing published for {what} in {settings.warehouse}", file=sys.stderr)
-        return 1
     return 0
 
 
 def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.serving import catalog
 
+    if args.dialect == "hive" and (args.register or args.duckdb):
+        raise UsageError("--dialect hive prints statements; --register and --duckdb are Spark's")
     if args.duckdb:
+        if args.replace:
+            raise UsageError("--replace applies to the statements; --duckdb rewrites the file")
         written = catalog.write_duckdb(settings.warehouse)
         if written is None:
             raise ConfigError(
@@ -421,27 +652,37 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     if args.register:
         from jobs.common.spark import build_session
 
+        catalog.spark_statements(settings.warehouse)  # refused before a session is started
         spark = build_session(settings, "feedpipe-catalog")
-        for name in catalog.register(spark, settings.warehouse):
+        for name in catalog.register(spark, settings.warehouse, args.replace):
             print(name)
         return 0
-    for statement in catalog.spark_statements(settings.warehouse, args.dialect):
+    for statement in catalog.spark_statements(settings.warehouse, args.dialect, args.replace):
         print(statement + ";")
     return 0
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.common import versions
     from jobs.common.storage import Storage
+    from jobs.serving import published
     from jobs.serving.report import text_report, write_report
 
-    ds = _latest_or(args.ds, settings)
+    wh = Storage.at(settings.warehouse)
+    ds = args.ds if args.ds is not None else published.latest_day(wh)
+    if not args.unpublished:  # readers see published versions only
+        published.day_version(wh, ds, " (--unpublished reports its latest complete run)")
+    else:
+        published.require_warehouse(wh)
+        day = versions.for_readers(wh, ds)
+        if not day.records and not day.has("plan/plan_cost"):
+            raise published.NotPublished(f"no stage has run for {ds} in {wh.uri()}")
     if not args.html:
         print(text_report(settings, ds))
         return 0
-    written = write_report(Storage.at(settings.warehouse), ds)
+    written = write_report(wh, ds)
     if written is None:
-        print(f"no plan for {ds} in {settings.warehouse}", file=sys.stderr)
-        return 1
+        raise published.NotPublished(f"no stage has run for {ds} in {wh.uri()}")
     print(written)
     return 0
 
@@ -454,11 +695,7 @@ def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.experiment != "all" and args.experiment not in experiments.EXPERIMENTS:
         known = ", ".join(experiments.EXPERIMENTS)
-        print(
-            f"feedpipe evaluate: unknown experiment {args.experiment!r}; one of: all, {known}",
-            file=sys.stderr,
-        )
-        return 2
+        raise UsageError(f"unknown experiment {args.experiment!r}; one of: all, {known}")
     spark = build_session(settings, f"feedpipe-experiment-{args.experiment}")
     failed = []
     for r in experiments.run(spark, args.experiment, Path(args.out), args.scale, args.seed):
@@ -489,61 +726,73 @@ def cmd_connect_server(args: argparse.Namespace, settings: Settings) -> int:
     return 0  # not reached
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
-    verb = args.verb
-    if verb == "connect-server":
-        return cmd_connect_server(args, settings)
-    if verb == "config":
-        print(json.dumps(settings.as_dict(), indent=2))
-        return 0
-    if verb == "generate":
-        return cmd_generate(args, settings)
-    if verb == "feed":
-        return cmd_feed(args, settings)
-    if verb == "import":
-        return cmd_import(args, settings)
-    if verb == "tables":
-        return cmd_tables(args, settings)
-    if verb == "catalog":
-        return cmd_catalog(args, settings)
-    if verb == "report":
-        return cmd_report(args, settings)
-    if verb == "evaluate":
-        from jobs.common.spark import build_session
-        from jobs.evaluation import replay
+def cmd_evaluate(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.common.spark import build_session
+    from jobs.evaluation import replay
 
-        if args.experiment:
-            return cmd_experiment(args, settings)
-        if args.start is None or args.end is None:
-            print(
-                "feedpipe evaluate: --start and --end are required (or --experiment)",
-                file=sys.stderr,
-            )
-            return 2
-        spark = build_session(settings, "feedpipe-evaluate")
-        print(replay.summary(replay.evaluate(spark, settings, args.start, args.end)))
-        return 0
-    if verb == "evaluate-rates":
-        from jobs.common.spark import build_session
-        from jobs.evaluation.rates import evaluate, summary
+    if args.experiment:
+        return cmd_experiment(args, settings)
+    if args.start is None or args.end is None:
+        raise UsageError("--start and --end are required (or --experiment)")
+    spark = build_session(settings, "feedpipe-evaluate")
+    print(replay.summary(replay.evaluate(spark, settings, args.start, args.end)))
+    return 0
 
-        spark = build_session(settings, "feedpipe-evaluate-rates")
-        print(summary(evaluate(spark, settings, args.start, args.end)))
-        return 0
+
+def cmd_evaluate_rates(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.common.spark import build_session
+    from jobs.evaluation.rates import evaluate, summary
+
+    spark = build_session(settings, "feedpipe-evaluate-rates")
+    print(summary(evaluate(spark, settings, args.start, args.end)))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    print(json.dumps(settings.as_dict(), indent=2))
+    return 0
+
+
+def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.stages import runner
 
     result: Any
-    if verb == "run":
+    if args.verb == "run":
         result = runner.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
-    elif verb == "backfill":
+    elif args.verb == "backfill":
         result = runner.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
     else:
         result = runner.run_stage(
-            verb, settings, args.ds, full_refresh=getattr(args, "full_refresh", False)
+            args.verb, settings, args.ds, full_refresh=getattr(args, "full_refresh", False)
         )
     print(json.dumps(result, indent=2, default=str))
     return 0
+
+
+COMMANDS = {
+    "generate": cmd_generate,
+    "import": cmd_import,
+    "feed": cmd_feed,
+    "tables": cmd_tables,
+    "catalog": cmd_catalog,
+    "report": cmd_report,
+    "evaluate": cmd_evaluate,
+    "evaluate-rates": cmd_evaluate_rates,
+    "connect-server": cmd_connect_server,
+    "config": cmd_config,
+}
+"""Each verb's command; the others (a stage, ``run``, ``backfill``) run the pipeline."""
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the verb; a verb that reads no settings is not handed the environment's."""
+    names = VERB_SETTINGS.get(args.verb, ALL_SETTINGS)
+    settings = settings_from(args) if names else Settings()
+    return COMMANDS.get(args.verb, cmd_pipeline)(args, settings)
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def known_errors() -> tuple[type[BaseException], ...]:
@@ -569,11 +818,18 @@ def known_errors() -> tuple[type[BaseException], ...]:
         FeedError,
         ValidationFailed,
         FileNotFoundError,
+        IsADirectoryError,
+        NotADirectoryError,
+        PermissionError,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # said by the verb's parser, not the top one (whose help does not list them)
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        parser.exit(2, usage_error(f"{parser.prog} {args.verb}", message))
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
@@ -582,8 +838,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     try:
         return dispatch(args)
+    except UsageError as exc:
+        sys.stderr.write(usage_error(f"feedpipe {args.verb}", one_line(exc)))
+        return 2
     except known_errors() as exc:
-        print(f"feedpipe: error: {exc}", file=sys.stderr)
+        print(f"feedpipe: error: {one_line(exc)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader of the output went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
         return 130

@@ -58,11 +58,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator:
+def spark(tmp_path_factory) -> Iterator:
     from jobs.common.config import Settings
     from jobs.common.spark import build_session
 
-    settings = Settings(spark_master="local[2]", shuffle_partitions=4, spark_conf=TEST_SPARK)
+    # Spark SQL's own warehouse (tables a catalog test creates) in the run's temporary
+    # folder, not in the working directory: the tests write nothing into the checkout
+    conf = {**TEST_SPARK, "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-sql"))}
+    settings = Settings(spark_master="local[2]", shuffle_partitions=4, spark_conf=conf)
     session = build_session(settings, "feedpipe-tests")
     yield session
     session.stop()

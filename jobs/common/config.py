@@ -67,6 +67,9 @@ evaluation's baseline only (it can forecast a rate of 0)."""
 
 COHERENCY_MODES = ("global", "per_producer")
 LANDING_READINESS = ("folders", "marker")
+GATE_KINDS = ("volume", "follows")
+"""The gates ``accept_gates`` can name: the volume gates of events and views, and the follow
+gates (edges removed, edges added)."""
 LATENCY_METRICS = ("sources", "pulls")
 
 
@@ -170,9 +173,15 @@ class Settings:
     """The median is over up to this many previous published days..."""
     volume_min_days: int = 3
     """...and the volume gates are off until there are at least this many."""
-    max_follow_change: float = 0.5
-    """Follow gate: ``validate`` fails a day on which more than this share of the previous
-    day's follow edges changed (edges added plus edges removed, over the previous edges)."""
+    max_follow_removed: float = 0.2
+    """Follow gate: ``validate`` fails a day that removes more than this share of the previous
+    day's follow edges (a broken export that drops much of the graph; docs/data-contracts.md)."""
+    follow_added_high: float = 5.0
+    """...and a day whose share of edges added is above this many times the median share of
+    the previous published days' (off until ``volume_min_days`` of them; 0: never judged)."""
+    accept_gates: tuple[str, ...] = ()
+    """Gates this run accepts although they fail (``volume``, ``follows``): a known anomaly,
+    recorded in the gates' rows, the manifest and the report. Set it for one day only."""
     max_quarantine_share: float = 0.10
     """A table whose quarantined share (duplicates excluded) exceeds this fails ingest."""
     publish_to: str = ""
@@ -222,8 +231,13 @@ class Settings:
             raise ConfigError("volume_low must be in [0, 1] and volume_high at least 1")
         if self.volume_days < 1 or not 1 <= self.volume_min_days <= self.volume_days:
             raise ConfigError("volume_days must be >= 1 and volume_min_days in [1, volume_days]")
-        if self.max_follow_change < 0:
-            raise ConfigError("max_follow_change must be >= 0")
+        if not 0 <= self.max_follow_removed <= 1 or self.follow_added_high < 0:
+            raise ConfigError("max_follow_removed must be in [0, 1] and follow_added_high >= 0")
+        odd = [g for g in self.accept_gates if g not in GATE_KINDS]
+        if odd:
+            raise ConfigError(
+                f"accept_gates names unknown gates {odd}; gates: {', '.join(GATE_KINDS)}"
+            )
         if self.max_attributes_bytes < 2:
             raise ConfigError("max_attributes_bytes must be at least 2 (the text {})")
         if self.max_lateness_days < 0:
@@ -306,18 +320,26 @@ class Settings:
         out = dataclasses.asdict(self)
         out["strategies"] = list(self.strategies)
         out["allow_empty"] = list(self.allow_empty)
+        out["accept_gates"] = list(self.accept_gates)
         out["spark_conf"] = dict(self.spark_conf)
         return out
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
+RENAMED = {
+    "max_follow_change": "max_follow_removed (the share of edges removed in a day) and"
+    " follow_added_high (additions against the graph's own history)",
+}
+"""Settings that were replaced, with what replaces them: a file that still sets one gets a
+one-line error saying so instead of running with a gate it did not ask for."""
+
 
 def _coerce(name: str, value: Any) -> Any:
     """Turn a TOML/env/flag value into the field's type, with a clear error."""
     default = _FIELDS[name].default
     try:
-        if name in ("strategies", "allow_empty"):
+        if name in ("strategies", "allow_empty", "accept_gates"):
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             return tuple(str(v) for v in value)
@@ -355,9 +377,14 @@ def load_settings(
             raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from exc
         for key, value in data.items():
             name = key.replace("-", "_")
+            if name in RENAMED:
+                raise ConfigError(f"{path}: setting {key!r} is now {RENAMED[name]}")
             if name not in _FIELDS:
                 raise ConfigError(f"{path}: unknown setting {key!r}")
             values[name] = _coerce(name, value)
+    for name, now in RENAMED.items():
+        if env.get(f"FEEDPIPE_{name.upper()}"):
+            raise ConfigError(f"FEEDPIPE_{name.upper()} is set, but that setting is now {now}")
     for name in _FIELDS:
         env_value = env.get(f"FEEDPIPE_{name.upper()}")
         if env_value is not None and env_value != "":

@@ -149,6 +149,13 @@ def contract(layer: str, name: str, version: int = 1) -> Contract:
     )
 
 
+def contract_of(key: str) -> Contract:
+    """The contract of the table ``layer/table`` (each ``quarantine/<table>`` has
+    ``quarantine/rows``'s)."""
+    layer, _, name = key.partition("/")
+    return contract(layer, "rows") if layer == "quarantine" else contract(layer, name)
+
+
 def conform(df: DataFrame, c: Contract) -> DataFrame:
     """Select the contract's columns in order, cast to its types; missing ones are an error."""
     from pyspark.sql import functions as F

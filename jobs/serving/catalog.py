@@ -3,9 +3,12 @@ statements for Spark SQL and Hive (Trino reads what Hive registers).
 
 Names are ``<layer>.<table>`` (``feeds.consumer_feed``, ``plan.plan_cost``, ``clean.events``),
 each over the published versions of every published day only (:mod:`jobs.serving.published`),
-with a ``ds`` column. DuckDB's database also has ``feeds.assembled``: every consumer's feed as
-the feed reader returns it (its sources merged, latest k, or k,t-diverse under per-producer
-coherency), with each event's ``payload`` and ``attributes``.
+with a ``ds`` column. The tables are those the published days' manifests name, the same
+``feedpipe tables`` lists (quarantine and count tables included). DuckDB's database also has
+``feeds.assembled``: every consumer's feed as the feed reader returns it (its sources merged,
+latest k, or k,t-diverse under per-producer coherency), with each event's ``payload`` and
+``attributes`` (and ``feeds.feed_settings``, how each day's feeds were built, which it reads).
+A warehouse without a published day has no catalog: :class:`~jobs.serving.published.NotPublished`.
 
 ``<warehouse>/catalog/feedpipe.duckdb`` is rewritten after every publish (written beside, then
 renamed over the old file); local warehouses only, since DuckDB reads S3 only through its
@@ -23,7 +26,7 @@ from typing import TYPE_CHECKING
 from jobs.common import versions
 from jobs.common.dates import recent_since
 from jobs.common.storage import Storage
-from jobs.common.tables import PUBLISHED_TABLES, contract
+from jobs.common.tables import contract_of
 from jobs.serving.published import Location, locations, published_days
 
 if TYPE_CHECKING:
@@ -34,6 +37,10 @@ DUCKDB_FILE = ("catalog", "feedpipe.duckdb")
 
 DIALECTS = ("spark", "hive")
 
+DUCKDB_ONLY = ("feeds.feed_settings", "feeds.assembled")
+"""The DuckDB database's tables beside the published ones: how each day's feeds were built,
+and every consumer's assembled feed."""
+
 HIVE_TYPES = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}
 
 
@@ -42,11 +49,20 @@ def _quote(text: str) -> str:
 
 
 def _by_table(wh: Storage) -> dict[str, list[Location]]:
-    out: dict[str, list[Location]] = {contract(ly, t).ref(): [] for ly, t in PUBLISHED_TABLES}
+    """Every table of the published days (``layer/table``, sorted) and its published folders;
+    :class:`~jobs.serving.published.NotPublished` when there is no published day."""
+    out: dict[str, list[Location]] = {}
     for loc in locations(wh):
-        if loc.table in out:
-            out[loc.table].append(loc)
-    return out
+        out.setdefault(loc.table, []).append(loc)
+    return dict(sorted(out.items()))
+
+
+def _name(table: str) -> str:
+    return table.replace("/", ".")
+
+
+def _layers(tables: dict[str, list[Location]]) -> list[str]:
+    return list(dict.fromkeys(t.split("/", 1)[0] for t in tables))
 
 
 def assembled_sql() -> str:
@@ -118,17 +134,14 @@ def feed_settings(wh: Storage) -> list[tuple[dt.date, int, bool, int, dt.datetim
 def duckdb_statements(wh: Storage) -> list[str]:
     """The statements that build the database: one schema per layer, one view per published
     table over its published files, ``feeds.feed_settings`` and ``feeds.assembled``."""
-    out = [
-        f"CREATE SCHEMA IF NOT EXISTS {layer}"
-        for layer in dict.fromkeys(ly for ly, _ in PUBLISHED_TABLES)
-    ]
-    for table, locs in _by_table(wh).items():
+    tables = _by_table(wh)
+    out = [f"CREATE SCHEMA IF NOT EXISTS {layer}" for layer in _layers(tables)]
+    for table, locs in tables.items():
         files = [f for loc in locs for f in wh.list_files(*loc.parts) if f.endswith(".parquet")]
-        name = table.replace("/", ".")
+        name = _name(table)
         if not files:
             columns = ", ".join(
-                f"NULL::{_duck_type(c.type)} AS {c.name}"
-                for c in contract(*table.split("/")).columns
+                f"NULL::{_duck_type(c.type)} AS {c.name}" for c in contract_of(table).columns
             )
             out.append(
                 f"CREATE OR REPLACE VIEW {name} AS SELECT {columns}, NULL::DATE AS ds, "
@@ -178,12 +191,13 @@ def write_duckdb(warehouse: str | Storage) -> Path | None:
     wh = warehouse if isinstance(warehouse, Storage) else Storage.at(warehouse)
     if not wh.is_local:
         return None
+    statements = duckdb_statements(wh)  # refused before anything is written: no published day
     final = Path(wh.path(*DUCKDB_FILE))
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
     con = duckdb.connect(str(tmp))
     try:
-        for statement in duckdb_statements(wh):
+        for statement in statements:
             con.execute(statement)
     finally:
         con.close()
@@ -191,50 +205,60 @@ def write_duckdb(warehouse: str | Storage) -> Path | None:
     return final
 
 
-def spark_statements(warehouse: str | Storage, dialect: str = "spark") -> list[str]:
-    """``CREATE TABLE ... PARTITIONED BY (ds) LOCATION ...`` of every published table, then
-    one partition per published day at its published folder, in Spark SQL or Hive DDL. Each
-    table is dropped first (the tables are external: dropping one leaves its files) so that
-    running them again re-registers every day where it is published now."""
+def spark_statements(
+    warehouse: str | Storage, dialect: str = "spark", replace: bool = False
+) -> list[str]:
+    """The statements that register every published table in a Spark SQL or Hive catalog:
+    ``CREATE TABLE IF NOT EXISTS ... PARTITIONED BY (ds) LOCATION '<table folder>'``, then for
+    each published day its partition added if missing and set to the day's published folder.
+    Run again, they register the days published since and move a republished day to its new
+    version; they never drop anything. ``replace``: drop each table first (the tables are
+    external: dropping one leaves its files), for a table whose columns have changed."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}; one of {', '.join(DIALECTS)}")
     wh = warehouse if isinstance(warehouse, Storage) else Storage.at(warehouse)
+    return _statements(wh, _by_table(wh), dialect, replace)
 
-    def uri(parts: tuple[str, ...]) -> str:
-        at = wh.uri(*parts)
-        return at if wh.is_local else "s3a://" + at.removeprefix("s3://")
 
-    layers = dict.fromkeys(ly for ly, _ in PUBLISHED_TABLES)
-    out = [f"CREATE DATABASE IF NOT EXISTS {layer}" for layer in layers]
-    for table, locs in _by_table(wh).items():
-        c = contract(*table.split("/"))
-        name = table.replace("/", ".")
-        out.append(f"DROP TABLE IF EXISTS {name}")
-        if dialect == "spark":
-            cols = ", ".join(f"`{col.name}` {col.type.upper()}" for col in c.columns)
-            out.append(
-                f"CREATE TABLE {name} ({cols}, `ds` DATE) USING PARQUET "
-                f"PARTITIONED BY (ds) LOCATION {_quote(uri(c.parts()))}"
-            )
-        else:
-            cols = ", ".join(
-                f"`{col.name}` {HIVE_TYPES.get(col.type, col.type).upper()}" for col in c.columns
-            )
-            out.append(
-                f"CREATE EXTERNAL TABLE {name} ({cols}) PARTITIONED BY (`ds` DATE) "
-                f"STORED AS PARQUET LOCATION {_quote(uri(c.parts()))}"
-            )
+def _statements(
+    wh: Storage, tables: dict[str, list[Location]], dialect: str, replace: bool
+) -> list[str]:
+    def uri(parts: tuple[str, ...] | list[str]) -> str:
+        return _quote(wh.spark_path(*parts))
+
+    out = [f"CREATE DATABASE IF NOT EXISTS {layer}" for layer in _layers(tables)]
+    for table, locs in tables.items():
+        name = _name(table)
+        if replace:
+            out.append(f"DROP TABLE IF EXISTS {name}")
+        out.append(_create_table(name, table, uri(table.split("/")), dialect))
         for loc in locs:
-            out.append(
-                f"ALTER TABLE {name} ADD PARTITION (ds = '{loc.ds}') "
-                f"LOCATION {_quote(uri(loc.parts))}"
-            )
+            spec = f"PARTITION (ds = '{loc.ds}')"
+            out.append(f"ALTER TABLE {name} ADD IF NOT EXISTS {spec} LOCATION {uri(loc.parts)}")
+            out.append(f"ALTER TABLE {name} {spec} SET LOCATION {uri(loc.parts)}")
     return out
 
 
-def register(spark: SparkSession, warehouse: str | Storage) -> list[str]:
+def _create_table(name: str, table: str, location: str, dialect: str) -> str:
+    columns = contract_of(table).columns
+    if dialect == "spark":
+        cols = ", ".join(f"`{col.name}` {col.type.upper()}" for col in columns)
+        return (
+            f"CREATE TABLE IF NOT EXISTS {name} ({cols}, `ds` DATE) USING PARQUET "
+            f"PARTITIONED BY (ds) LOCATION {location}"
+        )
+    cols = ", ".join(f"`{c.name}` {HIVE_TYPES.get(c.type, c.type).upper()}" for c in columns)
+    return (
+        f"CREATE EXTERNAL TABLE IF NOT EXISTS {name} ({cols}) PARTITIONED BY (`ds` DATE) "
+        f"STORED AS PARQUET LOCATION {location}"
+    )
+
+
+def register(spark: SparkSession, warehouse: str | Storage, replace: bool = False) -> list[str]:
     """Run :func:`spark_statements` in ``spark``'s catalog (its Hive metastore when it has
     one, else the session's own in-memory catalog); returns the tables registered."""
-    for statement in spark_statements(warehouse, "spark"):
+    wh = warehouse if isinstance(warehouse, Storage) else Storage.at(warehouse)
+    tables = _by_table(wh)
+    for statement in _statements(wh, tables, "spark", replace):
         spark.sql(statement)
-    return [contract(ly, t).ref().replace("/", ".") for ly, t in PUBLISHED_TABLES]
+    return [_name(t) for t in tables]

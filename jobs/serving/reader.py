@@ -30,6 +30,7 @@ from jobs.common import versions
 from jobs.common.dates import recent_since
 from jobs.common.pointers import resolve
 from jobs.common.storage import Storage
+from jobs.serving.published import require_warehouse
 
 
 class FeedError(RuntimeError):
@@ -106,12 +107,22 @@ def select_diverse(
     return sorted(firsts + rest, key=sort_key, reverse=True)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """Feeds read at once: each consumer's, and the ids asked for that are not consumers on
+    the day (no source in its plan: they follow no one), whose feeds are empty."""
+
+    feeds: dict[str, list[FeedItem]]
+    unknown: tuple[str, ...]
+
+
 class FeedReader:
     """Feeds of one day, from its published version (:mod:`jobs.common.versions`): the tables
     of one complete run of the day, whatever is being rebuilt meanwhile.
 
     ``unpublished=True`` reads the day's latest complete run instead, published or not (for
-    debugging a day that failed validation or is being reprocessed)."""
+    debugging a day that failed validation or is being reprocessed); ``published`` then says
+    whether that run is the day's published version."""
 
     def __init__(self, warehouse: str, ds: dt.date, unpublished: bool = False):
         self.wh = Storage.at(warehouse)
@@ -121,9 +132,10 @@ class FeedReader:
 
     def _resolve(self) -> None:
         ds = self.ds
+        require_warehouse(self.wh)
         try:
-            version = versions.working(self.wh, ds) if self.unpublished else None
-            version = version or versions.published(self.wh, ds)
+            published = versions.published(self.wh, ds)
+            version = versions.working(self.wh, ds) if self.unpublished else published
         except versions.LegacyLayout as exc:
             raise FeedError(str(exc)) from None
         if version is None:
@@ -139,7 +151,7 @@ class FeedReader:
         self.coherency = str(state.get("coherency", "global"))
         self.k_per_producer = int(state.get("feed_k_per_producer", 3))
         self.recent_since = recent_since(ds, float(state.get("diversity_hours", 24.0)))
-        self.published = version.published
+        self.published = published is not None and published.folders == version.folders
 
     @classmethod
     def published_copy(cls, target: str, ds: dt.date | None = None, s3: Any = None) -> FeedReader:
@@ -161,16 +173,27 @@ class FeedReader:
         self, consumers: Sequence[str], k: int | None = None, with_payload: bool = False
     ) -> dict[str, list[FeedItem]]:
         """The assembled feeds of ``consumers`` (an unknown consumer gets an empty feed);
-        ``with_payload``: every item carries its :class:`Content` from the event store.
+        ``with_payload``: every item carries its :class:`Content` from the event store."""
+        return self.answer(consumers, k, with_payload).feeds
+
+    def answer(
+        self, consumers: Sequence[str], k: int | None = None, with_payload: bool = False
+    ) -> Answer:
+        """:meth:`feeds`, and which of ``consumers`` are not consumers on the day.
 
         Every table is read from the one version resolved; should that version be removed
         meanwhile (the day was published twice since), the day is resolved again and read
         once more from its new version."""
         try:
-            return self._with_content(self._feeds(consumers, k), with_payload)
+            return self._answer(consumers, k, with_payload)
         except OSError:  # a file of the version vanished (FileNotFoundError, S3 NoSuchKey)
             self._resolve()
-            return self._with_content(self._feeds(consumers, k), with_payload)
+            return self._answer(consumers, k, with_payload)
+
+    def _answer(self, consumers: Sequence[str], k: int | None, with_payload: bool) -> Answer:
+        feeds, known = self._feeds(consumers, k)
+        unknown = tuple(c for c in dict.fromkeys(consumers) if c not in known)
+        return Answer(self._with_content(feeds, with_payload), unknown)
 
     def contents(self, event_ids: Iterable[str]) -> dict[str, Content]:
         """The stored content of the events (ids the day's feeds can return; others are
@@ -205,8 +228,11 @@ class FeedReader:
             for c, f in feeds.items()
         }
 
-    def _feeds(self, consumers: Sequence[str], k: int | None) -> dict[str, list[FeedItem]]:
-        limit = k or self.materialized_k or 20
+    def _feeds(
+        self, consumers: Sequence[str], k: int | None
+    ) -> tuple[dict[str, list[FeedItem]], set[str]]:
+        """The feeds of ``consumers``, and those of them with a source in the day's plan."""
+        limit = k if k is not None else self.materialized_k or 20
         if k is not None and self.materialized_k is not None and k > self.materialized_k:
             raise FeedError(
                 f"feeds of {self.ds} hold {self.materialized_k} events; --k must be at most that"
@@ -256,10 +282,11 @@ class FeedReader:
                 items[c].extend(by_producer.get(p, ()))
             for v in views.get(c, ()):
                 items[c].extend(by_view.get(v, ()))
+        known = {s["consumer_id"] for s in sources}
         if per_producer:
             k_p, since = self.k_per_producer, self.recent_since
-            return {c: select_diverse(items[c], limit, k_p, since) for c in consumers}
-        return {c: merge_latest(items[c], limit) for c in consumers}
+            return {c: select_diverse(items[c], limit, k_p, since) for c in consumers}, known
+        return {c: merge_latest(items[c], limit) for c in consumers}, known
 
 
 ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -12,6 +12,7 @@ import datetime as dt
 
 from jobs.common import ledger, versions
 from jobs.common.config import Settings
+from jobs.common.pages import gate_verdict
 from jobs.common.storage import Storage
 from jobs.common.versions import DayVersion
 
@@ -38,6 +39,36 @@ def bound_text(row: dict) -> str:
     return (
         f"certified lower bound {row['lower_bound']:.1f} per hour ({row['bound']}: {kind}):"
         " no plan, whatever its views, costs less; vs bound = how far above it a strategy is"
+    )
+
+
+def served_why(plan: dict | None, rows: list[dict]) -> str:
+    """Why the served plan was served, from the day's plan record: the cheapest of the
+    strategies computed (``auto``), or forced by configuration (and what that cost)."""
+    if not plan or not rows:
+        return ""
+    served = plan.get("strategy")
+    if not plan.get("forced"):
+        return f"auto: the cheapest of {len(rows)} strategies computed"
+    costs = plan.get("costs", {})
+    cheapest = plan.get("cheapest")
+    if cheapest and cheapest != served and costs.get(cheapest) is not None:
+        return (
+            f"forced by configuration (strategy = {served}); {cheapest} would cost "
+            f"{costs[served] - costs[cheapest]:,.1f} per hour less"
+        )
+    return f"forced by configuration (strategy = {served}), also the cheapest"
+
+
+def target_text(plan: dict | None) -> str:
+    """The latency target the day's plans were judged against (the plan record's, not the
+    settings of whoever reads the report)."""
+    t = (plan or {}).get("latency_target")
+    if not t:
+        return "latency target: not recorded for this day"
+    return (
+        f"latency target: at most {t['bound']} {t['metric']} per feed view for "
+        f"{100 * t['quantile']:g}% of feed views"
     )
 
 
@@ -74,25 +105,37 @@ def text_report(settings: Settings, ds: dt.date) -> str:
             f"{100 * share:.1f}%{'' if r.get('latency_met') else '!'}" if share is not None else "-"
         )
         out.append(
-            f"{mark}{r['strategy']:<20} {r['total_cost']:>12.1f} {r['maintenance_cost']:>12.1f} "
-            f"{r['evaluation_cost']:>12.1f} {rel:>12} {r['push_edges']:>9} {r['pull_edges']:>9} "
-            f"{r['views']:>7} {pct:>16} {target:>10} {gap_text(r):>9}"
+            f"{mark}{r['strategy']:<20} {r['total_cost']:>12,.1f} {r['maintenance_cost']:>12,.1f} "
+            f"{r['evaluation_cost']:>12,.1f} {rel:>12} {r['push_edges']:>9,} {r['pull_edges']:>9,} "
+            f"{r['views']:>7,} {pct:>16} {target:>10} {gap_text(r):>9}"
         )
+    plan = day.records.get("plan")
     out.append(
-        f"  (* = served; in target: share of feed views within {settings.latency_bound} "
-        f"{settings.latency_metric}, ! = below {100 * settings.latency_quantile:g}%)"
+        "  (* = served; in target: share of feed views within the latency target, ! = below it)"
     )
+    why = served_why(plan, rows)
+    if why:
+        out.append(f"  served: {why}")
+    out.append(f"  {target_text(plan)}")
     if rows and rows[0].get("lower_bound") is not None:
         out.append(f"  {bound_text(rows[0])}")
     inactive = rows[0].get("inactive_consumers") if rows else None
     if inactive:
         out.append(f"  {inactive} inactive consumers: no materialized feed, served by pull")
 
+    for g in (day.results or {}).get("gates", []):
+        ratio = (
+            ""
+            if g["ratio"] is None
+            else f" ratio {g['ratio']:.3f} (allowed {g['lower']:g} to {g['upper']:g})"
+        )
+        note = f": {g['note']}" if g.get("note") else ""
+        out.append(f"  gate {g['gate']:<14} {g['table']:<8} {gate_verdict(g)}{ratio}{note}")
     if day.manifest is not None:
         for table, c in day.manifest.get("input", {}).items():
             out.append(
-                f"  input {table:<8} {c['rows_in']:>10} rows = {c['clean']} clean"
-                f" + {c['duplicates']} duplicates + {c['quarantined']} quarantined"
+                f"  input {table:<8} {c['rows_in']:>10,} rows = {c['clean']:,} clean"
+                f" + {c['duplicates']:,} duplicates + {c['quarantined']:,} quarantined"
             )
     return "\n".join(out)
 
@@ -319,6 +362,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         f"</b>, H = {h:g}, L = {el:g}</p>"
         if h is not None
         else "",
+        f"<p id='served-why'>{escape(served_why(records.get('plan'), rows))}</p>" if rows else "",
         "<h2>Plan cost by strategy</h2>",
         "<p>Modeled cost per hour: H per event pushed into a view (maintenance), L per source "
         "read at view time (evaluation); see docs/cost-model.md.</p>",
@@ -346,10 +390,11 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
             f"<tr class='{'served' if r['chosen'] else ''}' "
             f"data-strategy='{escape(r['strategy'])}'>"
             f"<td class='l'>{escape(r['strategy'])}{' (served)' if r['chosen'] else ''}</td>"
-            f"<td>{r['total_cost']:.1f}</td><td>{r['maintenance_cost']:.1f}</td>"
-            f"<td>{r['evaluation_cost']:.1f}</td><td>{rel}</td>"
-            f"<td>{r['push_edges']}</td><td>{r['pull_edges']}</td><td>{r['view_edges']}</td>"
-            f"<td>{r['views']}</td><td>{r['mode_changes']}</td><td>{gap_text(r)}</td></tr>"
+            f"<td>{_num(r['total_cost'])}</td><td>{_num(r['maintenance_cost'])}</td>"
+            f"<td>{_num(r['evaluation_cost'])}</td><td>{rel}</td>"
+            f"<td>{_num(r['push_edges'], 0)}</td><td>{_num(r['pull_edges'], 0)}</td>"
+            f"<td>{_num(r['view_edges'], 0)}</td><td>{_num(r['views'], 0)}</td>"
+            f"<td>{_num(r['mode_changes'], 0)}</td><td>{gap_text(r)}</td></tr>"
         )
     out.append("</table>")
     if rows and rows[0].get("lower_bound") is not None:
@@ -376,6 +421,7 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
     )
 
     out.append(_latency(rows, served, records.get("plan", {}).get("sources_hist")))
+    out.append(f"<p id='latency-target'>{escape(target_text(records.get('plan')))}.</p>")
     out.append(_flash(wh, day, records.get("rates", {})))
     out.append(_trend(trend_rows(wh, ds)))
 
@@ -389,8 +435,9 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append("<th>clean</th><th>duplicates</th><th>quarantined</th></tr>")
         for table, c in accounting.items():
             out.append(
-                f"<tr><td class='l'>{escape(table)}</td><td>{c['rows_in']}</td>"
-                f"<td>{c['clean']}</td><td>{c['duplicates']}</td><td>{c['quarantined']}</td></tr>"
+                f"<tr><td class='l'>{escape(table)}</td><td>{_num(c['rows_in'], 0)}</td>"
+                f"<td>{_num(c['clean'], 0)}</td><td>{_num(c['duplicates'], 0)}</td>"
+                f"<td>{_num(c['quarantined'], 0)}</td></tr>"
             )
         out.append("</table>")
     topics = (
@@ -409,6 +456,10 @@ def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -
         out.append(
             f"<p id='quality' class='{'ok' if ok else 'bad'}'>"
             f"{'all suites passed' if ok else 'validation FAILED'}</p>"
+            f"<p>Every expectation and gate of the day, readable offline: "
+            f"<a id='quality-summary' href='../../quality/ds={ds}/summary.html'>summary</a>; "
+            f"Great Expectations' pages: <a href='../../quality/ds={ds}/docs/index.html'>Data "
+            "Docs</a> (they load their styles and scripts from the internet).</p>"
             "<table id='quality-suites'><tr><th class='l'>suite</th><th>expectations</th>"
             "<th>failed</th></tr>"
         )
@@ -447,6 +498,8 @@ def _topics(t: dict) -> str:
 
 def _gates(gates: list[dict]) -> str:
     """The day's volume and follow gates (docs/data-contracts.md, "Volume gates")."""
+    from html import escape
+
     if not gates:
         return ""
 
@@ -456,16 +509,19 @@ def _gates(gates: list[dict]) -> str:
     out = [
         "<table id='quality-gates'><tr><th class='l'>gate</th><th class='l'>table</th>"
         "<th>observed</th><th>reference</th><th>days</th><th>ratio</th><th>allowed</th>"
-        "<th class='l'>verdict</th></tr>"
+        "<th class='l'>verdict</th><th class='l'>why</th></tr>"
     ]
     for g in gates:
-        verdict = {True: "passed", False: "FAILED", None: "off"}[g["passed"]]
+        verdict = gate_verdict(g)
+        share = g["gate"].startswith("follow")
         out.append(
-            f"<tr class='{'bad' if g['passed'] is False else ''}'><td class='l'>{g['gate']}</td>"
-            f"<td class='l'>{g['table']}</td><td>{num(g['observed'], ',.4g')}</td>"
-            f"<td>{num(g['reference'], ',.0f')}</td><td>{g['days']}</td>"
-            f"<td>{num(g['ratio'], '.3f')}</td><td>{g['lower']:g} to {g['upper']:g}</td>"
-            f"<td class='l'>{verdict}</td></tr>"
+            f"<tr class='{'bad' if verdict == 'FAILED' else ''}'><td class='l'>{g['gate']}</td>"
+            f"<td class='l'>{g['table']}</td>"
+            f"<td>{num(g['observed'], '.2%' if share else ',.0f')}</td>"
+            f"<td>{num(g['reference'], '.2%' if g['gate'] == 'follow_added' else ',.0f')}</td>"
+            f"<td>{g['days']}</td><td>{num(g['ratio'], '.3f')}</td>"
+            f"<td>{g['lower']:g} to {g['upper']:g}</td>"
+            f"<td class='l'>{verdict}</td><td class='l'>{escape(g.get('note') or '')}</td></tr>"
         )
     out.append("</table>")
     return "\n".join(out)

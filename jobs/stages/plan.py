@@ -362,6 +362,12 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         "mode_changes": rows[chosen].get("mode_changes"),
         "latency_met": rows[chosen].get("latency_met"),
         "latency_share": rows[chosen].get("latency_share"),
+        # the target the day's plans were judged against (the report shows it, not the flags)
+        "latency_target": {
+            "metric": settings.latency_metric,
+            "bound": settings.latency_bound,
+            "quantile": settings.latency_quantile,
+        },
         "inactive_consumers": rows[chosen].get("inactive_consumers"),
         "shared_view_parts": parts,
         "certificate": {

@@ -95,6 +95,13 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
             "success": True,
             "suites": len(day.results.get("suites", {})),
             "gates": day.results.get("gates", []),
+            "accepted_gates": sorted(
+                {
+                    g["gate"]
+                    for g in day.results.get("gates", [])
+                    if g.get("accepted") and g["passed"] is False
+                }
+            ),
             "results": day.results,
         },
     }

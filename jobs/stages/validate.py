@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from jobs.common.storage import Storage
 from jobs.common.tables import (
     DAILY_COUNTS,
     contract,
+    contract_of,
     has_partition,
     partition_rows,
     read_partition,
@@ -138,7 +140,7 @@ def edge_coverage_check(follows: DataFrame, edge_plan: DataFrame) -> DataFrame:
         F.coalesce("plan_rows", F.lit(0)).alias("plan_rows"),
         F.coalesce("in_graph", F.lit(False)).alias("in_graph"),
         F.coalesce("mode", F.lit("missing")).alias("mode"),
-        F.coalesce("source_id", F.lit("")).alias("source_id"),
+        "source_id",  # null for an edge the plan lost, and for a plan row without a source
     )
 
 
@@ -203,34 +205,14 @@ def accounting_check(
     """Per landing table: rows_in (as read) vs clean + quarantined rows as written; and, for
     events and views, the clean rows against the sum of ingest's per-day counts
     (``clean_rows``, ``clean_counted``; null for follows), which the rates stage reads in
-    place of the clean rows.
+    place of the clean rows. ``clean/event_counts`` also counts each topic's matches (a topic
+    is a producer): those are checked on their own row, ``topic_events``, against the rows of
+    ``clean/topic_events`` (rows_in: the matches ingest counted), and the events row sums the
+    accounts' counts only.
 
     For follows the clean table is the whole graph, so the accepted count comes from ingest.
     All written rows are counted in one Spark job (a few rows per landing table come back)."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    q = contract("quarantine", "rows")
-    one = F.lit(1).cast("long").alias("n")
-    written = []
-    for table in sorted(ingest["tables"]):
-        quarantined = read_partition(spark, wh, q, ds, table=table)
-        written.append(quarantined.select(F.lit(table).alias("t"), F.lit("q").alias("k"), one))
-        if table in DAILY_COUNTS:
-            clean = read_partition(spark, wh, contract("clean", table), ds)
-            written.append(clean.select(F.lit(table).alias("t"), F.lit("c").alias("k"), one))
-            per_id = contract("clean", DAILY_COUNTS[table][0])
-            if has_partition(wh, per_id, ds):
-                n = read_partition(spark, wh, per_id, ds).select("n")
-                written.append(n.select(F.lit(table).alias("t"), F.lit("n").alias("k"), "n"))
-    counted = {
-        (r["t"], r["k"]): int(r["n"])
-        for r in reduce(lambda a, b: a.unionAll(b), written)
-        .groupBy("t", "k")
-        .agg(F.sum("n").alias("n"))
-        .collect()  # at most three rows per landing table
-    }
+    counted = _written_counts(spark, wh, ds, ingest)
     rows: list[tuple[str, int, int, int | None, int | None]] = []
     for table, c in sorted(ingest["tables"].items()):
         n_clean = counted.get((table, "c"), 0) if table in DAILY_COUNTS else int(c["clean"])
@@ -240,9 +222,66 @@ def accounting_check(
             rows.append((table, int(c["rows_in"]), accounted, n_clean, n_counted))
         else:
             rows.append((table, int(c["rows_in"]), accounted, None, None))
-
+    topics = ingest.get("topics") or {}
+    if topics.get("matches") or counted.get(("topic_events", "c")):
+        matched = counted.get(("topic_events", "c"), 0)
+        rows.append(
+            (
+                "topic_events",
+                int(topics.get("matches", 0)),
+                matched,
+                matched,
+                counted.get(("topic_events", "n"), 0),
+            )
+        )
     schema = "table string, rows_in long, rows_accounted long, clean_rows long, clean_counted long"
     return spark.createDataFrame(rows, schema)
+
+
+def _written_counts(
+    spark: SparkSession, wh: Storage, ds: dt.date, ingest: dict[str, Any]
+) -> dict[tuple[str, str], int]:
+    """Rows as written, by (table, kind): ``q`` quarantined, ``c`` clean, ``n`` the sum of the
+    per-day counts; the topics' matches and counts under ``topic_events`` (one Spark job)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    q = contract("quarantine", "rows")
+    one = F.lit(1).cast("long").alias("n")
+    topic_ids = None
+    te_c = contract("clean", "topic_events")
+    if has_partition(wh, te_c, ds) and has_partition(wh, contract("clean", "topics"), ds):
+        topic_ids = read_partition(spark, wh, contract("clean", "topics"), ds).select(
+            F.col("topic_id").alias("producer_id")
+        )
+        matched = read_partition(spark, wh, te_c, ds)
+    written = []
+    for table in sorted(ingest["tables"]):
+        quarantined = read_partition(spark, wh, q, ds, table=table)
+        written.append(quarantined.select(F.lit(table).alias("t"), F.lit("q").alias("k"), one))
+        if table in DAILY_COUNTS:
+            clean = read_partition(spark, wh, contract("clean", table), ds)
+            written.append(clean.select(F.lit(table).alias("t"), F.lit("c").alias("k"), one))
+            per_id = contract("clean", DAILY_COUNTS[table][0])
+            if has_partition(wh, per_id, ds):
+                n = read_partition(spark, wh, per_id, ds)
+                if table == "events" and topic_ids is not None:  # topic ids are never accounts'
+                    topic = n.join(F.broadcast(topic_ids), "producer_id", "left_semi")
+                    written.append(
+                        topic.select(F.lit("topic_events").alias("t"), F.lit("n").alias("k"), "n")
+                    )
+                    n = n.join(F.broadcast(topic_ids), "producer_id", "left_anti")
+                written.append(n.select(F.lit(table).alias("t"), F.lit("n").alias("k"), "n"))
+    if topic_ids is not None:
+        written.append(matched.select(F.lit("topic_events").alias("t"), F.lit("c").alias("k"), one))
+    return {
+        (r["t"], r["k"]): int(r["n"])
+        for r in reduce(lambda a, b: a.unionAll(b), written)
+        .groupBy("t", "k")
+        .agg(F.sum("n").alias("n"))
+        .collect()  # at most three rows per landing table
+    }
 
 
 VOLUME_TABLES = ("events", "views")
@@ -261,6 +300,34 @@ def previous_manifests(wh: Storage, ds: dt.date, limit: int) -> list[dict[str, A
     return out
 
 
+def _gate(
+    gate: str,
+    table: str,
+    observed: float | None,
+    reference: float | None,
+    days: int,
+    ratio: float | None,
+    band: tuple[float, float],
+    note: str = "",
+) -> dict[str, Any]:
+    """One gate's row: ``ratio`` within ``band`` passes; a null ratio is a gate that is off,
+    ``note`` saying why."""
+    lower, upper = band
+    return {
+        "gate": gate,
+        "table": table,
+        "observed": observed,
+        "reference": reference,
+        "days": days,
+        "ratio": ratio,
+        "lower": lower,
+        "upper": upper,
+        "passed": None if ratio is None else lower <= ratio <= upper,
+        "accepted": False,
+        "note": note,
+    }
+
+
 def volume_gate(
     table: str, today: int, past: list[int], settings: Settings, allowed: bool = False
 ) -> dict[str, Any]:
@@ -271,37 +338,83 @@ def volume_gate(
     import statistics
 
     median = statistics.median(past) if past else None
-    on = not allowed and len(past) >= settings.volume_min_days and bool(median)
-    ratio = today / median if on and median else None
-    return {
-        "gate": "volume",
-        "table": table,
-        "observed": float(today),
-        "reference": float(median) if median is not None else None,
-        "days": len(past),
-        "ratio": ratio,
-        "lower": settings.volume_low,
-        "upper": settings.volume_high,
-        "passed": None if ratio is None else settings.volume_low <= ratio <= settings.volume_high,
-    }
+    note = ""
+    if allowed:
+        note = "off: the table ran as empty on purpose (allow_empty)"
+    elif len(past) < settings.volume_min_days:
+        note = (
+            f"off: {len(past)} previous published day(s), the gate needs "
+            f"{settings.volume_min_days} (volume_min_days)"
+        )
+    elif not median:
+        note = "off: the previous published days' median is 0"
+    ratio = today / median if not note and median else None
+    return _gate(
+        "volume",
+        table,
+        float(today),
+        float(median) if median is not None else None,
+        len(past),
+        ratio,
+        (settings.volume_low, settings.volume_high),
+        note,
+    )
 
 
-def follow_gate(follows: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Edges added plus removed over the previous graph's edges (ingest's counts), at most
-    ``max_follow_change``; off on a day without a previous graph."""
+def follow_removed_gate(follows: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The share of the previous day's follow edges that the day removed, at most
+    ``max_follow_removed`` (a broken export that drops much of the graph); off on a day
+    without a previous graph."""
     before = follows.get("edges_before")
-    share = (follows["edges_added"] + follows["edges_removed"]) / before if before else None
-    return {
-        "gate": "follow_change",
-        "table": "follows",
-        "observed": share,
-        "reference": float(before) if before is not None else None,
-        "days": 1 if before is not None else 0,
-        "ratio": share,
-        "lower": 0.0,
-        "upper": settings.max_follow_change,
-        "passed": None if share is None else share <= settings.max_follow_change,
-    }
+    share = follows["edges_removed"] / before if before else None
+    return _gate(
+        "follow_removed",
+        "follows",
+        share,
+        float(before) if before is not None else None,
+        1 if before is not None else 0,
+        share,
+        (0.0, settings.max_follow_removed),
+        "" if share is not None else "off: no follow graph the day before",
+    )
+
+
+def follow_added_gate(
+    follows: dict[str, Any], past: list[float], settings: Settings
+) -> dict[str, Any]:
+    """The share of edges the day added (over the previous day's edges) against the median
+    share of ``past`` days (the graph's own history): at most ``follow_added_high`` times it.
+    A young or fast-growing graph adds much every day and passes; a day that adds far more
+    than the graph ever did (two exports merged, another graph landed) does not. Off with
+    fewer than ``volume_min_days`` past days, a median of 0 or ``follow_added_high`` 0."""
+    import statistics
+
+    before = follows.get("edges_before")
+    share = follows["edges_added"] / before if before else None
+    median = statistics.median(past) if past else None
+    note = ""
+    if share is None:
+        note = "off: no follow graph the day before"
+    elif not settings.follow_added_high:
+        note = "off: follow_added_high is 0"
+    elif len(past) < settings.volume_min_days:
+        note = (
+            f"off: {len(past)} previous published day(s) with a graph before, the gate needs "
+            f"{settings.volume_min_days} (volume_min_days)"
+        )
+    elif not median:
+        note = "off: the previous published days added no edges"
+    ratio = share / median if not note and share is not None and median else None
+    return _gate(
+        "follow_added",
+        "follows",
+        share,
+        median,
+        len(past),
+        ratio,
+        (0.0, settings.follow_added_high),
+        note,
+    )
 
 
 def gates(
@@ -309,8 +422,9 @@ def gates(
 ) -> list[dict[str, Any]]:
     """The day's gates (docs/data-contracts.md, "Volume gates"), one row each: a
     :func:`volume_gate` per table of ``VOLUME_TABLES`` over up to ``volume_days`` previous
-    published days (those that ran the table as empty on purpose left out), and the
-    :func:`follow_gate`. Reads a few small JSON files, no Spark."""
+    published days (those that ran the table as empty on purpose left out), and the follow
+    gates (:func:`follow_removed_gate`, :func:`follow_added_gate`). Gates of a kind named in
+    ``accept_gates`` are kept with ``accepted`` true. Reads a few small JSON files, no Spark."""
     history = previous_manifests(wh, ds, settings.volume_days)
     allowed = set(ingest.get("allowed_empty", []))
     out = []
@@ -322,7 +436,21 @@ def gates(
         ]
         today = int(ingest["tables"].get(table, {}).get("rows_in", 0))
         out.append(volume_gate(table, today, past, settings, table in allowed))
-    out.append(follow_gate(ingest["tables"].get("follows", {}), settings))
+    follows = ingest["tables"].get("follows", {})
+    added = [
+        f["edges_added"] / f["edges_before"]
+        for f in (m.get("input", {}).get("follows", {}) for m in history)
+        if f.get("edges_before")
+    ]
+    out.append(follow_removed_gate(follows, settings))
+    out.append(follow_added_gate(follows, added, settings))
+    for g in out:
+        kind = "volume" if g["gate"] == "volume" else "follows"
+        if kind in settings.accept_gates:
+            g["accepted"] = True
+            g["note"] = (g["note"] + "; " if g["note"] else "") + (
+                f"accepted for {ds} (accept_gates = {kind})"
+            )
     return out
 
 
@@ -334,16 +462,28 @@ def gate_line(g: dict[str, Any], ds: dt.date | str) -> str:
             f"{g['ratio']:.2f}x the median {g['reference']:,.0f} of the {g['days']} previous "
             f"published days (allowed {g['lower']:g}x to {g['upper']:g}x: volume_low, volume_high)"
         )
+    if g["gate"] == "follow_added":
+        return (
+            f"follow gate: {g['observed']:.1%} of the follow edges were added on {ds}, "
+            f"{g['ratio']:.2f}x the median share {g['reference']:.2%} of the {g['days']} previous "
+            f"published days (allowed up to {g['upper']:g}x: follow_added_high)"
+        )
     return (
-        f"follow gate: {g['observed']:.1%} of the {g['reference']:,.0f} follow edges changed on "
-        f"{ds} (allowed up to {g['upper']:.0%}: max_follow_change)"
+        f"follow gate: {g['observed']:.1%} of the {g['reference']:,.0f} follow edges were "
+        f"removed on {ds} (allowed up to {g['upper']:.0%}: max_follow_removed)"
     )
+
+
+def failed_gates(day_gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gates that failed and were not accepted for the day."""
+    return [g for g in day_gates if g["passed"] is False and not g.get("accepted")]
 
 
 GATES_SCHEMA = (
     "gate string, table string, observed double, reference double, days int, ratio double, "
-    "lower double, upper double, passed boolean"
+    "lower double, upper double, passed boolean, accepted boolean, note string, holds boolean"
 )
+GATE_FIELDS = tuple(f.split()[0] for f in GATES_SCHEMA.split(", "))
 
 
 def check_frames(
@@ -355,41 +495,9 @@ def check_frames(
 ) -> dict[str, DataFrame]:
     """Each suite's check frame; ``day_gates``: the day's :func:`gates` (computed here when
     not given)."""
-    from pyspark.sql import functions as F
 
-    def t(layer: str, name: str) -> DataFrame:
-        return read_partition(spark, wh, contract(layer, name), ds)
-
-    follows, edge_plan = t("clean", "follows"), t("plan", "edge_plan")
-    store = t("feeds", "event_store")
-    frames = {
-        "clean.follows": follows.withColumn(
-            "not_self", F.col("consumer_id") != F.col("producer_id")
-        ),
-        "clean.events": t("clean", "events"),
-        "clean.views": t("clean", "views"),
-        "rates.producer_rates": rate_coverage_check(
-            t("rates", "producer_rates"), follows, "producer_id"
-        ),
-        "rates.consumer_rates": rate_coverage_check(
-            t("rates", "consumer_rates"), follows, "consumer_id"
-        ),
-        "plan.edge_plan": edge_coverage_check(follows, edge_plan),
-        "plan.plan_cost": cost_gate_check(t("plan", "plan_cost"), settings.strategy == "auto"),
-        "feeds.producer_feed": in_store_check(
-            feed_order_check(t("feeds", "producer_feed"), "producer_id"), store, "author_id"
-        ),
-        "feeds.consumer_feed": in_store_check(
-            pushed_edge_check(
-                feed_order_check(t("feeds", "consumer_feed"), "consumer_id"), edge_plan
-            ),
-            store,
-        ),
-        "feeds.view_feed": in_store_check(
-            feed_order_check(t("feeds", "view_feed"), "view_id"), store
-        ),
-        "feeds.event_store": store_check(store),
-    }
+    tables = {name: read_partition(spark, wh, contract_of(name), ds) for name in CHECKED_TABLES}
+    frames = table_checks(tables, settings.strategy == "auto")
     ingested = ledger.read_record(wh, ds, "ingest")
     if ingested is not None:
         frames["ingest.accounting"] = accounting_check(spark, wh, ds, ingested)
@@ -399,24 +507,67 @@ def check_frames(
     return frames
 
 
+def table_checks(tables: dict[str, DataFrame], auto: bool) -> dict[str, DataFrame]:
+    """The check frame of each table suite, from the day's tables (``layer/table`` keys, those
+    of :data:`CHECKED_TABLES`); ``auto``: the served strategy is the cheapest one's."""
+    from pyspark.sql import functions as F
+
+    follows, edge_plan = tables["clean/follows"], tables["plan/edge_plan"]
+    store = tables["feeds/event_store"]
+    return {
+        "clean.follows": follows.withColumn(
+            "not_self", F.col("consumer_id") != F.col("producer_id")
+        ),
+        "clean.events": tables["clean/events"],
+        "clean.views": tables["clean/views"],
+        "rates.producer_rates": rate_coverage_check(
+            tables["rates/producer_rates"], follows, "producer_id"
+        ),
+        "rates.consumer_rates": rate_coverage_check(
+            tables["rates/consumer_rates"], follows, "consumer_id"
+        ),
+        "plan.edge_plan": edge_coverage_check(follows, edge_plan),
+        "plan.plan_cost": cost_gate_check(tables["plan/plan_cost"], auto),
+        "feeds.producer_feed": in_store_check(
+            feed_order_check(tables["feeds/producer_feed"], "producer_id"), store, "author_id"
+        ),
+        "feeds.consumer_feed": in_store_check(
+            pushed_edge_check(
+                feed_order_check(tables["feeds/consumer_feed"], "consumer_id"), edge_plan
+            ),
+            store,
+        ),
+        "feeds.view_feed": in_store_check(
+            feed_order_check(tables["feeds/view_feed"], "view_id"), store
+        ),
+        "feeds.event_store": store_check(store),
+    }
+
+
 def gates_frame(spark: SparkSession, day_gates: list[dict[str, Any]]) -> DataFrame:
-    return spark.createDataFrame([tuple(g.values()) for g in day_gates], GATES_SCHEMA)
+    """The gates as the ``ingest.gates`` suite checks them: ``holds`` is false for a gate that
+    failed and was not accepted."""
+    rows = [
+        tuple({**g, "holds": g not in failed_gates([g])}.get(f) for f in GATE_FIELDS)
+        for g in day_gates
+    ]
+    return spark.createDataFrame(rows, GATES_SCHEMA)
 
 
 CHECKED_TABLES = (
-    ("clean", "follows"),
-    ("clean", "events"),
-    ("clean", "views"),
-    ("rates", "producer_rates"),
-    ("rates", "consumer_rates"),
-    ("plan", "edge_plan"),
-    ("plan", "plan_cost"),
-    ("feeds", "producer_feed"),
-    ("feeds", "consumer_feed"),
-    ("feeds", "view_feed"),
-    ("feeds", "event_store"),
+    "clean/follows",
+    "clean/events",
+    "clean/views",
+    "rates/producer_rates",
+    "rates/consumer_rates",
+    "plan/edge_plan",
+    "plan/plan_cost",
+    "feeds/producer_feed",
+    "feeds/consumer_feed",
+    "feeds/view_feed",
+    "feeds/event_store",
 )
-"""The tables :func:`check_frames` builds its frames from (the accounting and gate frames
+"""The tables :func:`table_checks` builds its frames from (the accounting and gate frames
 are a few rows each)."""
 
 DRIVER_ROWS = 200_000
@@ -437,7 +588,7 @@ def driver_frame(frame: DataFrame, limit: int) -> pd.DataFrame | None:
 
 def input_rows(wh: Storage, ds: dt.date) -> int:
     """Rows of the day's tables that the check frames read, from their Parquet footers."""
-    return sum(partition_rows(wh, contract(layer, name), ds) for layer, name in CHECKED_TABLES)
+    return sum(partition_rows(wh, contract_of(name), ds) for name in CHECKED_TABLES)
 
 
 def load_suite(name: str) -> dict[str, Any]:
@@ -451,10 +602,12 @@ def validate_frames(
     docs_dir: Path | None = None,
     keep: frozenset[str] = KEPT_FRAMES,
     driver_rows: int = 0,
+    run_name: str | None = None,
 ) -> dict[str, Any]:
     """Run each frame's suite; returns {"success", "suites": {name: {...}}}. Pure of storage
-    (Data Docs go to ``docs_dir`` when given). Frames named in ``keep`` are persisted while
-    their suite runs; Great Expectations' own persisting of every batch is turned off.
+    (Data Docs go to ``docs_dir`` when given, their runs named ``run_name``: the day). Frames
+    named in ``keep`` are persisted while their suite runs; Great Expectations' own persisting
+    of every batch is turned off.
 
     Suites run first without sample unexpected values (``partial_unexpected_count`` 0): for
     each expectation Great Expectations would otherwise scan the whole frame once more for 20
@@ -462,6 +615,7 @@ def validate_frames(
     samples, so its results and Data Docs show examples of the rows that broke it."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
     from pyspark import StorageLevel
 
@@ -509,7 +663,9 @@ def validate_frames(
                 )
             )
             result = checkpoint.run(
-                batch_parameters={"dataframe": frame}, expectation_parameters=parameters
+                batch_parameters={"dataframe": frame},
+                expectation_parameters=parameters,
+                run_id=RunIdentifier(run_name=run_name) if run_name else None,
             )
             (vr,) = result.run_results.values()
             if vr.success:
@@ -517,10 +673,14 @@ def validate_frames(
         if small is None and name in keep:
             frame.unpersist()
         out["engines"][name] = "spark" if small is None else "driver"
-        failed = []
+        failed, checks = [], []
         for r in vr.results:
             cfg = r.expectation_config
-            if r.success or cfg is None:
+            if cfg is None:
+                continue
+            kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+            checks.append({"expectation": cfg.type, "kwargs": kwargs, "success": bool(r.success)})
+            if r.success:
                 continue
             failed.append(
                 {
@@ -535,6 +695,7 @@ def validate_frames(
             "success": bool(vr.success),
             "expectations": len(vr.results),
             "failed": failed,
+            "checks": checks,
         }
         out["success"] = out["success"] and bool(vr.success)
         log.info("suite %s: %s", name, "passed" if vr.success else f"FAILED {failed}")
@@ -555,11 +716,52 @@ def _copy_tree(local: Path, wh: Storage, *dest: str) -> None:
                 f.write(path.read_bytes())
 
 
+SUMMARY_PAGE = "summary.html"
+"""A self-contained page of the day's suites and gates in ``quality/ds=D/``: every
+expectation with its outcome, readable without network access (Data Docs' pages load their
+styles and scripts from CDNs)."""
+
+
+def quality_summary(results: dict[str, Any]) -> str:
+    """The day's :data:`SUMMARY_PAGE`, from its validation results."""
+    from jobs.common.pages import gate_verdict, render
+
+    suites = []
+    for name, r in sorted(results["suites"].items()):
+        failed = {
+            (f["expectation"], json.dumps(f["kwargs"], sort_keys=True)): f for f in r["failed"]
+        }
+        rows = []
+        for c in r.get("checks", []):
+            f = failed.get((c["expectation"], json.dumps(c["kwargs"], sort_keys=True)), {})
+            rows.append(
+                {
+                    "expectation": c["expectation"],
+                    "kwargs": json.dumps(c["kwargs"], sort_keys=True, default=str),
+                    "success": c["success"],
+                    "unexpected": ""
+                    if f.get("unexpected_count") is None
+                    else f["unexpected_count"],
+                    "sample": json.dumps(f.get("sample"), default=str) if f.get("sample") else "",
+                }
+            )
+        suites.append((name, {"success": r["success"], "rows": rows}))
+    return render(
+        "quality_summary.html",
+        ds=results.get("ds", ""),
+        success=results["success"],
+        suites=suites,
+        expectations=sum(r["expectations"] for r in results["suites"].values()),
+        failed=sum(len(r["failed"]) for r in results["suites"].values()),
+        gates=[{**g, "verdict": gate_verdict(g)} for g in results.get("gates", [])],
+    )
+
+
 def summary(results: dict[str, Any]) -> str:
     """What failed, on one line: the failed gates in words and figures, then every other
     failed expectation."""
     ds = results.get("ds", "the day")
-    lines = [gate_line(g, ds) for g in results.get("gates", []) if g["passed"] is False]
+    lines = [gate_line(g, ds) for g in failed_gates(results.get("gates", []))]
     for name, r in results["suites"].items():
         if r["success"] or name == "ingest.gates":
             continue
@@ -583,7 +785,7 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
 def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     ingested = ledger.read_record(wh, ds, "ingest")
     day_gates = gates(settings, ds, wh, ingested) if ingested is not None else []
-    if any(g["passed"] is False for g in day_gates):
+    if failed_gates(day_gates):
         # the day's volume is already known to be wrong: its gates (and the row accounting)
         # are checked, not the tables built from it
         assert ingested is not None
@@ -597,13 +799,21 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
     with tempfile.TemporaryDirectory(prefix="feedpipe-docs-") as tmp:
         small = input_rows(wh, ds) <= DRIVER_ROWS
         results = validate_frames(
-            frames, {"feed_k": settings.feed_k}, Path(tmp), driver_rows=DRIVER_ROWS if small else 0
+            frames,
+            {"feed_k": settings.feed_k},
+            Path(tmp),
+            driver_rows=DRIVER_ROWS if small else 0,
+            run_name=ds.isoformat(),
         )
         wh.delete(*quality, "docs")
+        # the site's static/ (fonts, images, styles: 4 MB) is not copied: its pages load their
+        # styles and scripts from CDNs and refer to static/ for a favicon only
+        shutil.rmtree(Path(tmp) / "static", ignore_errors=True)
         _copy_tree(Path(tmp), wh, *quality, "docs")
     results["ds"] = ds.isoformat()
     results["gates"] = day_gates
     wh.write_text(json.dumps(results, indent=2, default=str), *ledger.results_parts(ds))
+    wh.write_text(quality_summary(results), *quality, SUMMARY_PAGE)
     if not results["success"]:
         raise ValidationFailed(
             f"validation failed for {ds}: {summary(results)} "

@@ -3,9 +3,11 @@
 * ``snap-edges``: any SNAP edge list (``#`` comment lines, tab- or space-separated, CRLF
   tolerated). Edge ``A B`` is read as consumer A follows producer B (``--reverse`` swaps);
   self-loops are dropped and counted, repeated edges are kept once. The graph lands as a
-  follows snapshot on ``--ds``. Optionally (``--activity-profile``) events and views are
-  generated for ``--days`` days with that profile's rate distributions, for graphs that have
-  no activity of their own (e.g. wiki-Vote).
+  follows snapshot on ``--ds``, or, with ``--growth-days N``, as a growing network: the edges
+  in a seeded random order, split into N near-equal parts, the first landed as the snapshot of
+  ``--ds`` and each next one as a change log of ``follow`` rows on the next day. Optionally
+  (``--activity-profile``) events and views are generated for ``--days`` days with that
+  profile's rate distributions, for graphs that have no activity of their own (e.g. wiki-Vote).
 * ``higgs``: SNAP higgs-twitter (De Domenico et al., 2013). The retweet network
   (``userA userB weight``: A retweeted B) is the follow graph, as a snapshot on the first day
   of activity; every row of the activity log (``userA userB unix_ts type``) is an event posted
@@ -132,17 +134,66 @@ def import_snap_edges(
     activity_profile: str | None = None,
     days: int = 1,
     seed: int = 7,
+    growth_days: int = 1,
 ) -> dict[str, object]:
+    """A SNAP edge list as ``ds``'s snapshot (``growth_days`` 1), or landed over
+    ``growth_days`` days as a growing network (:func:`land_growth`); ``activity_profile``
+    also generates ``days`` days of events and views."""
+    if growth_days < 1:
+        raise SourceError(f"--growth-days must be at least 1, got {growth_days}")
+    if growth_days > 1 and activity_profile and days < growth_days:
+        raise SourceError(
+            f"--days {days} is shorter than --growth-days {growth_days}: every day that lands"
+            " follows needs its events and views"
+        )
     stats, seen = import_edges(src, out, ds, reverse)
     if stats.edges == 0:
         raise SourceError(
             f"{src}: no edges found ({stats.lines} lines, {stats.malformed} malformed)"
         )
     result: dict[str, object] = {"follows": stats.__dict__}
+    if growth_days > 1:
+        result["growth"] = land_growth(out, seen, ds, growth_days, seed)
     if activity_profile:
         result["activity"] = _generate_activity(out, seen, ds, days, activity_profile, seed)
     log.info("imported %s: %s", src, result)
     return result
+
+
+def land_growth(
+    out: Storage, edges: set[tuple[str, str]], start: dt.date, days: int, seed: int
+) -> dict[str, int]:
+    """The graph as a network growing over ``days`` days: the edges in a seeded random order,
+    split into ``days`` near-equal parts; the first replaces ``start``'s snapshot, each next
+    part lands on the next day as ``op = follow`` rows (a change log). Returns the edges landed
+    per day."""
+    order = sorted(edges)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(order))
+    parts = np.array_split(perm, days)
+    landed: dict[str, int] = {}
+    for i, part in enumerate(parts):
+        day = start + dt.timedelta(days=i)
+        consumers = [order[j][0] for j in part]
+        producers = [order[j][1] for j in part]
+        writer = LandingWriter(out, "follows", day, "parquet", False)
+        at = _ts_start(day)[0].as_py()
+        if i == 0:
+            _write_edges(writer, consumers, producers, at)
+        elif consumers:
+            writer.write(
+                pa.table(
+                    {
+                        "consumer_id": pa.array(consumers, pa.string()),
+                        "producer_id": pa.array(producers, pa.string()),
+                        "ts": pa.array([at] * len(consumers), pa.timestamp("us", tz="UTC")),
+                        "op": pa.array(["follow"] * len(consumers), pa.string()),
+                    }
+                )
+            )
+        writer.close()
+        landed[day.isoformat()] = len(consumers)
+    return landed
 
 
 def _write_edges(

@@ -49,15 +49,84 @@ def test_feed_command_line_json_shapes(churn_landing, built, tmp_path):
     assert [i["event_id"] for i in items] == expected[some[0]]
     assert all(set(i) == {"event_id", "producer_id", "created_at"} for i in items)
     assert all(i["created_at"].endswith("Z") for i in items)
+    # ids as files hold them: surrounding spaces, CRLF, blank lines; one is no consumer
     ids = tmp_path / "ids.txt"
-    ids.write_text("\n".join(some) + "\n")
+    ids.write_text(f"  {some[0]}\t\n\n{some[1]}\r\n u-nobody \n" + "\n".join(some[2:]) + "\n")
+    asked = [*some[:2], "u-nobody", *some[2:]]
     many = subprocess.run(
         [*base, "--consumers", str(ids), "--k", "3"], capture_output=True, text=True
     )
+    assert many.returncode == 0, many.stderr
     lines = [json.loads(line) for line in many.stdout.splitlines()]
-    assert [line["consumer_id"] for line in lines] == some
+    assert [line["consumer_id"] for line in lines] == asked
     assert all(
-        [i["event_id"] for i in line["feed"]] == expected[line["consumer_id"]][:3] for line in lines
+        [i["event_id"] for i in line["feed"]] == expected.get(line["consumer_id"], [])[:3]
+        for line in lines
+    )
+    assert many.stderr.splitlines() == [
+        f"feedpipe: warning: reading the latest complete run of {ds}, not its published version",
+        f"feedpipe: 1 of 6 ids are not consumers on {ds}: u-nobody",
+    ]
+    # --format table: one table per consumer, under a heading naming it
+    tables = subprocess.run(
+        [*base, "--consumers", str(ids), "--k", "3", "--format", "table"],
+        capture_output=True,
+        text=True,
+    )
+    assert tables.returncode == 0, tables.stderr
+    blocks = [b.splitlines() for b in tables.stdout.strip().split("\n\n")]
+    assert [b[0] for b in blocks] == [
+        f"feed of {c} ({len(expected.get(c, [])[:3])} events)" for c in asked
+    ]
+    assert [[ln.split()[-1] for ln in b[2:]] for b in blocks] == [
+        expected.get(c, [])[:3] for c in asked
+    ]
+
+
+def test_reports_and_feeds_refuse_in_one_line_what_cannot_be_answered(built, tmp_path):
+    """A day that is not published (the built days are not) is refused by `report`, text or
+    HTML, unless --unpublished; a k below 1, a folder of ids and a warehouse that does not
+    exist are refused by `feed`."""
+    wh = built.warehouse
+    report = [sys.executable, "-m", "jobs", "report", "--warehouse", wh, "--ds", str(LAST)]
+    for form in ([], ["--html"]):
+        refused = subprocess.run([*report, *form], capture_output=True, text=True)
+        assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
+        assert refused.stderr == (
+            f"feedpipe: error: {LAST} is not published in {wh}; published days: none "
+            "(--unpublished reports its latest complete run)\n"
+        )
+    debug = subprocess.run([*report, "--unpublished"], capture_output=True, text=True)
+    assert debug.returncode == 0, debug.stderr
+    assert (
+        debug.stdout.startswith(f"feedpipe plan cost for {LAST}")
+        and "NOT published" in debug.stdout
+    )
+
+    feed = [sys.executable, "-m", "jobs", "feed", "--warehouse", wh, "--ds", str(LAST)]
+    usage = "see 'feedpipe feed --help'"
+    cases = {
+        ("--consumer", "u1", "--k", "0"): (2, ["argument --k: k must be >= 1, not 0", usage]),
+        ("--consumer", "u1", "--k", "-3"): (2, ["argument --k: k must be >= 1, not -3", usage]),
+        ("--consumers", str(tmp_path)): (
+            1,
+            [f"cannot read the consumer ids in {tmp_path}: Is a directory"],
+        ),
+    }
+    for args, (code, lines) in cases.items():
+        got = subprocess.run([*feed, "--unpublished", *args], capture_output=True, text=True)
+        prefix = "feedpipe feed: error: " if code == 2 else "feedpipe: error: "
+        assert (got.returncode, got.stdout) == (code, "")
+        assert got.stderr.splitlines() == [prefix + lines[0], *lines[1:]]
+    nowhere = tmp_path / "nowhere"
+    missing = subprocess.run(
+        [sys.executable, "-m", "jobs", "feed", "--warehouse", str(nowhere), "--consumer", "u1"],
+        capture_output=True,
+        text=True,
+    )
+    assert (missing.returncode, missing.stderr) == (
+        1,
+        f"feedpipe: error: no warehouse at {nowhere}: the folder does not exist\n",
     )
 
 

@@ -37,6 +37,7 @@ from support.workloads import (
     START,
     TOPIC_DATES,
     TOPIC_LAST,
+    TOPICS,
     table_rows,
 )
 
@@ -159,3 +160,45 @@ def test_per_producer_coherency_refuses_topics(spark, topics_copy):
     with pytest.raises(TopicsUnsupported, match="coherency = global"):
         runner.run_stage("ingest", s, TOPIC_LAST, spark)
     assert CONFLICTING[0] not in {r[0] for r in table_rows(spark, s, "clean", "topics", START)}
+
+
+def test_topic_days_are_validated_and_published_with_topics_accounted_apart(spark, topics_copy):
+    """Every topic day passes validate and is published; the row accounting checks the
+    accounts' counts against the clean events and the topics' counts against the matches,
+    each equal to the brute-force count; a topic's lost count fails the topics' row only."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    from jobs.common import ledger
+    from jobs.stages.validate import accounting_check
+    from support.paths import version
+
+    s = topics_copy
+    wh = Storage.at(s.warehouse)
+    for d in DAYS:
+        runner.run_stage("validate", s, d, spark)
+        runner.run_stage("publish", s, d, spark)
+        assert ledger.is_published(wh, d)
+    assert ledger.latest(wh) == TOPIC_LAST
+    expected = expected_streams(s.landing)
+    all_events = naive.events(Path(s.landing), TOPIC_LAST, START, with_day=True)
+    for d in DAYS:
+        ingest = read_record(wh, d, "ingest")
+        got = accounting_check(spark, wh, d, ingest).toPandas().set_index("table")
+        n_events = int((all_events["_day"] == d).sum())
+        assert got.loc["events", "clean_rows"] == got.loc["events", "clean_counted"] == n_events
+        n = len(expected[str(d)])
+        assert n > 0
+        assert got.loc["topic_events"].tolist() == [n, n, n, n]
+    folder = version(s.warehouse, "clean", "event_counts", TOPIC_LAST)
+    whole = pads.dataset(str(folder)).to_table()
+    lost = sorted(TOPICS & set(whole["producer_id"].to_pylist()))[0]
+    kept = whole.filter(pc.not_equal(whole["producer_id"], lost))
+    for f in folder.glob("*.parquet"):
+        f.unlink()
+    pq.write_table(kept, folder / "part-0.parquet")  # one topic's count lost
+    ingest = read_record(wh, TOPIC_LAST, "ingest")
+    got = accounting_check(spark, wh, TOPIC_LAST, ingest).toPandas().set_index("table")
+    got = got.drop(index="follows")
+    assert sorted(got.index[got["clean_rows"] != got["clean_counted"]]) == ["topic_events"]

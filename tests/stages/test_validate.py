@@ -61,6 +61,22 @@ def test_a_corrupted_feed_fails_validation_and_is_not_published(
     suites = {r[0]: r[2] for r in page.rows("quality-suites")[1:]}
     assert suites["feeds.consumer_feed"] == failed["expectation"]
     assert suites["clean.events"] == "0"
+    # the offline summary: every expectation of every suite with its outcome, the failed one
+    # with its sample; Data Docs name the run after the day and carry no static/ copy
+    quality = Path(built_copy.warehouse) / "quality" / f"ds={ds}"
+    html = (quality / "summary.html").read_text()
+    summary = browser.Page(html)
+    assert summary.text["outcome"].startswith("validation FAILED")
+    expected = sum(r["expectations"] for r in results["suites"].values())
+    assert f"{expected} expectations, 1 failed" in summary.text["outcome"]
+    rows = [r for n in results["suites"] for r in summary.rows(f"checks-{n}")[1:]]
+    assert len(rows) == expected
+    assert [r[0] for r in rows if r[2] == "FAILED"] == [failed["expectation"]]
+    assert "http" not in html and "<script" not in html  # nothing to fetch
+    pages = list((quality / "docs" / "validations").rglob("*.html"))
+    assert pages and all(ds.isoformat() in p.parts for p in pages)
+    assert not (quality / "docs" / "static").exists()
+    assert "summary.html" in report.read_text()
 
 
 def test_row_accounting_counts_what_was_written(spark, built_copy):
@@ -113,8 +129,8 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     last day re-delivered as header-only files: events and views at 0 rows against the median
     of four published days, and an empty follows snapshot that removes every edge. validate
     fails the day with each gate's figures on one line, publish refuses it and ``latest``
-    stays. Run again with the real follows and ``allow_empty = events,views``, the gates let
-    the known outage through."""
+    stays. Run again with the real follows and ``accept_gates = volume``, the day is published
+    with its volume gates accepted; with ``allow_empty = events,views`` they are off."""
     import dataclasses
     import shutil
 
@@ -158,16 +174,18 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     edges = read_record(wh, LAST, "ingest")["tables"]["follows"]["edges_before"]
     graph = version(built_copy.warehouse, "clean", "follows", days()[-2])
     assert edges == pads.dataset(str(graph)).count_rows() > 0
-    assert f"follow gate: 100.0% of the {edges:,.0f} follow edges changed on {LAST}" in message
+    assert f"follow gate: 100.0% of the {edges:,.0f} follow edges were removed on {LAST}" in message
     results = json.loads(wh.read_text("quality", f"ds={LAST}", "results.json"))
-    assert [g["passed"] for g in results["gates"]] == [False, False, False]
+    # nothing added: the additions gate, on after three days of changes, passes
+    assert [g["passed"] for g in results["gates"]] == [False, False, False, True]
     assert not results["suites"]["ingest.gates"]["success"]
     report = Path(built_copy.warehouse) / "reports" / f"ds={LAST}" / "index.html"
     shown = browser.Page(report.read_text()).rows("quality-gates")[1:]
-    assert [(r[0], r[1], r[-1]) for r in shown] == [
+    assert [(r[0], r[1], r[-2]) for r in shown] == [
         ("volume", "events", "FAILED"),
         ("volume", "views", "FAILED"),
-        ("follow_change", "follows", "FAILED"),
+        ("follow_removed", "follows", "FAILED"),
+        ("follow_added", "follows", "passed"),
     ]
     with pytest.raises(PublishRefused, match="failed validation"):
         runner.run_stage("publish", s, LAST, spark)
@@ -175,14 +193,36 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
 
     shutil.rmtree(landing / "follows")
     shutil.copytree(Path(built_copy.landing) / "follows", landing / "follows")
+    # the same delivery (with the real follows) as a known anomaly: the volume gates accepted
+    # for the day, the day validated in full and published, the acceptance in the manifest
+    # and the report
+    anomaly = dataclasses.replace(s, accept_gates=("volume",))
+    for stage in ("ingest", "rates", "plan", "materialize", "validate", "publish"):
+        runner.run_stage(stage, anomaly, LAST, spark)
+    manifest = json.loads(wh.read_text(*ledger.manifest_parts(LAST)))
+    volume = [g for g in manifest["quality"]["gates"] if g["gate"] == "volume"]
+    assert [(g["table"], g["passed"], g["accepted"]) for g in volume] == [
+        ("events", False, True),
+        ("views", False, True),
+    ]
+    assert manifest["quality"]["accepted_gates"] == ["volume"]
+    (follow,) = [g for g in manifest["quality"]["gates"] if g["gate"] == "follow_removed"]
+    assert follow["passed"] is True and 0 < follow["observed"] < 0.2
+    assert ledger.latest(wh) == LAST
+    shown = browser.Page(report.read_text()).rows("quality-gates")[1:]
+    assert [(r[0], r[1], r[-2]) for r in shown[:2]] == [
+        ("volume", "events", "accepted"),
+        ("volume", "views", "accepted"),
+    ]
+    assert f"accepted for {LAST}" in shown[0][-1]
+
+    # run as a known outage instead, the volume gates are off (the gates are what validate
+    # would check: the ingest record against the days before)
     outage = dataclasses.replace(s, allow_empty=("events", "views"))
-    for stage in ("ingest", "rates", "plan", "materialize", "validate"):
-        runner.run_stage(stage, outage, LAST, spark)
-    results = json.loads(wh.read_text("quality", f"ds={LAST}", "results.json"))
-    volume = [g for g in results["gates"] if g["gate"] == "volume"]
-    assert [(g["table"], g["days"], g["passed"]) for g in volume] == [
+    runner.run_stage("ingest", outage, LAST, spark)
+    day_gates = validate.gates(outage, LAST, wh, read_record(wh, LAST, "ingest"))
+    assert [(g["table"], g["days"], g["passed"]) for g in day_gates[:2]] == [
         ("events", 4, None),
         ("views", 4, None),
     ]
-    (follow,) = [g for g in results["gates"] if g["gate"] == "follow_change"]
-    assert follow["passed"] is True and 0 < follow["observed"] < 0.5
+    assert "allow_empty" in day_gates[0]["note"]

@@ -32,10 +32,8 @@ BUILD = ("ingest", "rates", "plan", "materialize")
 SEED = 11
 FLASH_DAY = START + dt.timedelta(days=2)
 PURE = ("push-all", "pull-all")
-SERVED = tuple(s for s in STRATEGIES if s != "cz-hierarchy2")
-"""The strategies the per-strategy feed tests serve: ``cz-lp`` is Hierarchy-2 improved
-part by part (jobs/selection/part.py), its plans of the same kind (views and pulls), so its
-feeds stand for Hierarchy-2's."""
+SERVED = tuple(STRATEGIES)
+"""The strategies the per-strategy feed tests serve: every one the plan knows."""
 STAGE_TIER = ("ff-per-pair", "cz-lp")
 """Of :data:`SERVED`, the strategies the stage tier (``make check``) serves: the default
 strategies' two kinds of plan, pushes and pulls and shared views. The end-to-end tier

@@ -34,21 +34,91 @@ def test_file_then_environment_then_flags(tmp_path):
     assert s.threshold == 4.0
 
 
-def test_every_documented_environment_variable_is_read():
-    env = {
-        "FEEDPIPE_LANDING": "s3://b/landing",
-        "FEEDPIPE_WAREHOUSE": "/w",
-        "FEEDPIPE_SPARK_MASTER": "spark://h:7077",
-        "FEEDPIPE_PUSH_COST": "2.83",
-        "FEEDPIPE_PULL_COST": "1",
-        "FEEDPIPE_FEED_K": "50",
-        "FEEDPIPE_RATE_WINDOW_DAYS": "3",
-        "FEEDPIPE_STRATEGY": "ff-per-pair",
-        "FEEDPIPE_COHERENCY": "global",
+NON_DEFAULT = {
+    "landing": ("s3://b/landing", "s3://b/landing"),
+    "warehouse": ("/w", "/w"),
+    "spark_master": ("spark://h:7077", "spark://h:7077"),
+    "spark_remote": ("sc://h:15002", "sc://h:15002"),
+    "push_cost": ("2.83", 2.83),
+    "pull_cost": ("0.5", 0.5),
+    "feed_k": ("50", 50),
+    "rate_window_days": ("3", 3),
+    "strategy": ("ff-per-pair", "ff-per-pair"),
+    "coherency": ("per_producer", "per_producer"),
+    "strategies": ("push-all,pull-all", ("push-all", "pull-all")),
+    "rate_method": ("trailing_mean_prior", "trailing_mean_prior"),
+    "rate_half_life_days": ("5", 5.0),
+    "rate_trend_damping": ("0.5", 0.5),
+    "flash_factor": ("6", 6.0),
+    "flash_min_events": ("20", 20),
+    "feed_k_per_producer": ("5", 5),
+    "diversity_hours": ("12", 12.0),
+    "latency_metric": ("pulls", "pulls"),
+    "latency_quantile": ("0.99", 0.99),
+    "latency_bound": ("3", 3),
+    "inactive_after_days": ("0", 0),
+    "view_part_users": ("1000", 1000),
+    "view_user_views": ("10", 10),
+    "view_lp_pairs": ("0", 0),
+    "bound_pairs": ("1000", 1000),
+    "mode_change_margin": ("0.1", 0.1),
+    "prior_hours": ("12", 12.0),
+    "rate_floor": ("0.01", 0.01),
+    "max_lateness_days": ("2", 2),
+    "max_attributes_bytes": ("100", 100),
+    "landing_ready": ("marker", "marker"),
+    "landing_marker": ("_DONE", "_DONE"),
+    "allow_empty": ("events,views", ("events", "views")),
+    "volume_low": ("0.05", 0.05),
+    "volume_high": ("30", 30.0),
+    "volume_days": ("3", 3),
+    "volume_min_days": ("2", 2),
+    "max_follow_removed": ("0.5", 0.5),
+    "follow_added_high": ("0", 0.0),
+    "accept_gates": ("volume", ("volume",)),
+    "max_quarantine_share": ("0.5", 0.5),
+    "publish_to": ("s3://b/published", "s3://b/published"),
+    "publish_part_mb": ("8", 8.0),
+    "shuffle_partitions": ("4", 4),
+    "spark_conf": ("spark.x=1,spark.y=2", {"spark.x": "1", "spark.y": "2"}),
+}
+"""A value other than the default for every setting, as an environment variable and as read."""
+
+
+def documented() -> set[str]:
+    """The settings the docs name: the README's ``FEEDPIPE_*`` variables and every key of
+    ``feedpipe.example.toml`` (commented-out ones included)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    names = {
+        v.lower()
+        for v in re.findall(r"(?<![A-Z_])FEEDPIPE_([A-Z_]+[A-Z])", (root / "README.md").read_text())
+        if v != "CONFIG"
     }
-    s = load_settings(environ=env)
-    assert (s.landing, s.warehouse, s.spark_master) == ("s3://b/landing", "/w", "spark://h:7077")
-    assert (s.push_cost, s.feed_k, s.rate_window_days, s.strategy) == (2.83, 50, 3, "ff-per-pair")
+    example = (root / "feedpipe.example.toml").read_text()
+    names |= set(re.findall(r"^#? ?([a-z_]+) =", example, re.M))
+    names |= set(re.findall(r"^\[([a-z_]+)\]", example, re.M))
+    return names
+
+
+def test_every_documented_variable_is_read_with_a_non_default_value():
+    import dataclasses
+
+    from jobs.common.config import Settings
+
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    assert documented() <= fields, documented() - fields
+    assert fields <= documented(), f"settings the docs do not name: {fields - documented()}"
+    assert set(NON_DEFAULT) == fields
+    default = Settings()
+    for name, (text, value) in NON_DEFAULT.items():
+        env = {f"FEEDPIPE_{name.upper()}": text}
+        if name == "coherency":  # the global-only rules do not serve per-producer coherency
+            env["FEEDPIPE_STRATEGY"] = "ff-per-pair"
+        got = getattr(load_settings(environ=env), name)
+        assert got == value != getattr(default, name), name
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ def test_dag_structure():
     for upstream, downstream in itertools.pairwise(order):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     assert dag.max_active_runs == 1 and not dag.catchup
-    assert set(dag.params) == {"strategy", "full_refresh", "allow_empty"}
+    assert set(dag.params) == {"strategy", "full_refresh", "allow_empty", "accept_gates"}
     wait = dag.get_task("wait_for_landing")
     assert wait.mode == "reschedule" and wait.retries == 0  # frees its slot; a timeout is final
     assert wait.poke_interval == 300 and wait.timeout == 720 * 60
@@ -111,6 +111,7 @@ def test_the_sensor_checks_the_days_landing_under_the_stages_configuration(
 def test_the_stages_get_the_runs_allowed_empty_tables():
     env = load_dag().get_task("ingest_landing").env_vars
     assert env["FEEDPIPE_ALLOW_EMPTY"] == "{{ params.allow_empty or '' }}"
+    assert env["FEEDPIPE_ACCEPT_GATES"] == "{{ params.accept_gates or '' }}"
 
 
 def test_a_manual_run_can_force_every_strategy_the_plan_knows():
@@ -145,3 +146,21 @@ def test_publish_updates_the_published_feeds_asset_and_the_example_consumer_is_s
     assert consumer.dag_id == "feeds_consumer_example"
     assert consumer.timetable.asset_condition.objects == (asset,)
     assert [t.task_id for t in consumer.tasks] == ["summarize_published_day"]
+
+
+def test_the_full_refresh_param_reaches_materialize_as_the_command_lines_flag():
+    """The materialize task's argument, rendered as Airflow renders it for each value of the
+    param, is the flag `feedpipe materialize` takes (the same form as `run` and `backfill`)."""
+    import jinja2
+
+    from jobs.cli import build_parser
+
+    (*_, flag) = load_dag().get_task("materialize_feeds").application_args
+    for full_refresh in (True, False):
+        rendered = jinja2.Template(flag).render(params={"full_refresh": full_refresh})
+        args = build_parser().parse_args(["materialize", "--ds", "2026-01-03", rendered])
+        assert args.full_refresh is full_refresh
+        for verb in ("run", "backfill"):
+            dates = ["--ds", "2026-01-03"] if verb == "run" else ["--start", "2026-01-03"]
+            dates += [] if verb == "run" else ["--end", "2026-01-04"]
+            assert build_parser().parse_args([verb, *dates, rendered]).full_refresh is full_refresh

@@ -8,7 +8,12 @@ import itertools
 import pytest
 
 from jobs.common.config import ConfigError, Settings
-from jobs.stages.validate import follow_gate, gate_line, volume_gate
+from jobs.stages.validate import (
+    follow_added_gate,
+    follow_removed_gate,
+    gate_line,
+    volume_gate,
+)
 
 S = Settings()
 
@@ -37,16 +42,61 @@ def test_a_volume_gate_is_off_without_enough_history_or_for_an_allowed_outage():
     assert volume_gate("events", 0, [100, 100], two)["passed"] is False
 
 
-def test_the_follow_gate_bounds_the_share_of_edges_changed():
-    g = follow_gate({"edges_before": 1000, "edges_added": 300, "edges_removed": 200}, S)
-    assert (g["observed"], g["passed"]) == (0.5, True)
-    g = follow_gate({"edges_before": 1000, "edges_added": 300, "edges_removed": 201}, S)
+def test_the_removal_gate_bounds_the_share_of_edges_removed():
+    g = follow_removed_gate({"edges_before": 1000, "edges_added": 900, "edges_removed": 200}, S)
+    assert (g["observed"], g["passed"]) == (0.2, True)  # additions are not counted here
+    g = follow_removed_gate({"edges_before": 1000, "edges_added": 0, "edges_removed": 201}, S)
     assert g["passed"] is False
     assert gate_line(g, "2026-03-05") == (
-        "follow gate: 50.1% of the 1,000 follow edges changed on 2026-03-05 "
-        "(allowed up to 50%: max_follow_change)"
+        "follow gate: 20.1% of the 1,000 follow edges were removed on 2026-03-05 "
+        "(allowed up to 20%: max_follow_removed)"
     )
-    assert follow_gate({"edges": 1000}, S)["passed"] is None  # the first day: no graph before
+    g = follow_removed_gate({"edges": 1000}, S)  # the first day: no graph before
+    assert g["passed"] is None and "no follow graph" in g["note"]
+
+
+def test_additions_are_judged_against_the_graphs_own_history():
+    day = {"edges_before": 1000, "edges_added": 500, "edges_removed": 0}  # 50% added
+    g = follow_added_gate(day, [0.2, 0.1], S)
+    assert g["passed"] is None and "needs 3" in g["note"]  # too little history
+    g = follow_added_gate(day, [0.1, 0.12, 0.08], S)  # median 10%: 5x, the upper end
+    assert (g["ratio"], g["passed"]) == (5.0, True)
+    g = follow_added_gate({**day, "edges_added": 510}, [0.1, 0.12, 0.08], S)
+    assert g["passed"] is False
+    assert gate_line(g, "2026-03-05") == (
+        "follow gate: 51.0% of the follow edges were added on 2026-03-05, 5.10x the median "
+        "share 10.00% of the 3 previous published days (allowed up to 5x: follow_added_high)"
+    )
+    g = follow_added_gate(day, [0.1, 0.12, 0.08], Settings(follow_added_high=0))
+    assert g["passed"] is None and "follow_added_high is 0" in g["note"]
+
+
+def growing(edges: list[int], removed: list[int] | None = None):
+    """The ingest records' follows counts of a graph with ``edges`` at the end of each day."""
+    removed = removed or [0] * len(edges)
+    return [
+        {"edges_before": b, "edges_added": e - b + r, "edges_removed": r}
+        for b, e, r in zip(edges, edges[1:], removed[1:], strict=False)
+    ]
+
+
+def test_a_graph_that_doubles_then_grows_a_fifth_a_day_passes_and_a_cut_snapshot_does_not():
+    edges = [1000, 2000]
+    for _ in range(8):
+        edges.append(int(edges[-1] * 1.2))
+    days = growing(edges)
+    for i, day in enumerate(days):
+        past = [d["edges_added"] / d["edges_before"] for d in reversed(days[max(0, i - 7) : i])]
+        assert follow_removed_gate(day, S)["passed"] is True
+        assert follow_added_gate(day, past, S)["passed"] is (True if i >= 3 else None), i
+    cut = {
+        "edges_before": edges[-1],
+        "edges_added": 0,
+        "edges_removed": edges[-1] - int(0.4 * edges[-1]),
+    }
+    g = follow_removed_gate(cut, S)
+    assert g["passed"] is False
+    assert gate_line(g, "2026-03-05").startswith("follow gate: 60.0% of the")
 
 
 @pytest.mark.parametrize(
@@ -75,9 +125,17 @@ def test_the_default_gates_let_generated_days_through(tmp_path, profile, scale, 
             past = list(reversed(counts[max(0, i - 7) : i]))
             g = volume_gate(table, counts[i], past, S)
             assert g["passed"] is True, (table, i, g["ratio"])
+    shares = []
     for before, day in itertools.pairwise(stats):
-        changed = {"edges_before": before.edges, "edges_added": day.follow_rows, "edges_removed": 0}
-        assert follow_gate(changed, S)["passed"] is True  # every change row at most one edge
+        # every change row changes at most one edge, either way
+        changed = {
+            "edges_before": before.edges,
+            "edges_added": day.follow_rows,
+            "edges_removed": day.follow_rows,
+        }
+        assert follow_removed_gate(changed, S)["passed"] is True
+        assert follow_added_gate(changed, shares[::-1][:7], S)["passed"] in (True, None)
+        shares.append(day.follow_rows / before.edges)
 
 
 def test_volume_settings_are_checked():
@@ -87,3 +145,62 @@ def test_volume_settings_are_checked():
         Settings(volume_high=0.5)
     with pytest.raises(ConfigError, match="volume_min_days"):
         Settings(volume_days=2, volume_min_days=3)
+
+
+def test_follow_and_accept_settings_are_checked(tmp_path):
+    from jobs.common.config import load_settings
+
+    with pytest.raises(ConfigError, match="max_follow_removed"):
+        Settings(max_follow_removed=1.5)
+    with pytest.raises(ConfigError, match="unknown gates"):
+        Settings(accept_gates=("volumes",))
+    assert load_settings(environ={"FEEDPIPE_ACCEPT_GATES": "volume, follows"}).accept_gates == (
+        "volume",
+        "follows",
+    )
+    old = tmp_path / "feedpipe.toml"
+    old.write_text("max_follow_change = 0.5\n")
+    with pytest.raises(ConfigError, match="'max_follow_change' is now max_follow_removed"):
+        load_settings(str(old), environ={})
+    with pytest.raises(ConfigError, match="FEEDPIPE_MAX_FOLLOW_CHANGE is set"):
+        load_settings(environ={"FEEDPIPE_MAX_FOLLOW_CHANGE": "0.5"})
+
+
+def test_an_accepted_gate_is_kept_and_marked(tmp_path):
+    """A failed volume gate under ``accept_gates = volume``: still failed, accepted, with the
+    day in its note; the follow gates, not named, are not accepted."""
+    import datetime as dt
+
+    from jobs.common import ledger
+    from jobs.common.storage import Storage
+    from jobs.stages.validate import failed_gates, gates
+
+    wh = Storage.at(str(tmp_path))
+    d = dt.date(2026, 3, 1)
+    for i in range(3):
+        day = d + dt.timedelta(days=i)
+        ledger.mark_published(
+            wh,
+            day,
+            {"ds": str(day), "input": {"events": {"rows_in": 100}, "views": {"rows_in": 100}}},
+        )
+    today = d + dt.timedelta(days=3)
+    ingest = {
+        "tables": {
+            "events": {"rows_in": 10},
+            "views": {"rows_in": 100},
+            "follows": {"edges_before": 100, "edges_added": 0, "edges_removed": 50},
+        }
+    }
+    plain = gates(S, today, wh, ingest)
+    assert [(g["gate"], g["table"]) for g in failed_gates(plain)] == [
+        ("volume", "events"),
+        ("follow_removed", "follows"),
+    ]
+    accepted = gates(Settings(accept_gates=("volume",)), today, wh, ingest)
+    assert [(g["gate"], g["passed"], g["accepted"]) for g in accepted[:2]] == [
+        ("volume", False, True),
+        ("volume", True, True),
+    ]
+    assert f"accepted for {today}" in accepted[0]["note"]
+    assert [g["gate"] for g in failed_gates(accepted)] == ["follow_removed"]

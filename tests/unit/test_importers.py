@@ -65,3 +65,49 @@ def test_a_file_without_edges_is_an_error(tmp_path):
     src.write_text("# nothing here\n")
     with pytest.raises(SourceError, match="no edges"):
         import_snap_edges(src, Storage.at(str(tmp_path / "l")), D)
+
+
+def test_growth_days_land_the_graph_as_a_growing_network(tmp_path):
+    """Ten edges over four days: a snapshot, then change logs of ``follow`` rows; every edge
+    lands exactly once, the days' sizes differ by at most one, and the seed fixes the order."""
+    src = tmp_path / "e.txt"
+    edges = {(f"c{i}", f"p{(i * 7) % 5}") for i in range(10)}
+    src.write_text("".join(f"{c} {p}\n" for c, p in sorted(edges)))
+
+    def land(root, seed):
+        out = Storage.at(str(root))
+        result = import_snap_edges(
+            src, out, D, activity_profile="ff2010", days=4, seed=seed, growth_days=4
+        )
+        days = [
+            pd.read_parquet(root / "follows" / f"ds={D + dt.timedelta(days=i)}") for i in range(4)
+        ]
+        return result, days
+
+    result, days = land(tmp_path / "a", 3)
+    assert "op" not in days[0].columns  # day one: a snapshot
+    for later in days[1:]:
+        assert set(later.op) == {"follow"}
+    landed = [set(zip(d.consumer_id, d.producer_id, strict=True)) for d in days]
+    assert set().union(*landed) == edges
+    assert sum(map(len, landed)) == len(edges)  # each edge once
+    assert sorted(map(len, landed)) == [2, 2, 3, 3]
+    assert result["growth"] == {str(D + dt.timedelta(days=i)): len(landed[i]) for i in range(4)}
+    _, again = land(tmp_path / "b", 3)
+    assert [set(zip(d.consumer_id, d.producer_id, strict=True)) for d in again] == landed
+    _, other = land(tmp_path / "c", 4)
+    assert [set(zip(d.consumer_id, d.producer_id, strict=True)) for d in other] != landed
+
+
+def test_growth_needs_activity_on_every_day(tmp_path):
+    src = tmp_path / "e.txt"
+    src.write_text("a b\na c\n")
+    with pytest.raises(SourceError, match="--growth-days 3"):
+        import_snap_edges(
+            src,
+            Storage.at(str(tmp_path / "l")),
+            D,
+            activity_profile="ff2010",
+            days=2,
+            growth_days=3,
+        )
