@@ -328,6 +328,14 @@ def _gate(
     }
 
 
+def too_little_history(days: int, settings: Settings, which: str = "") -> str:
+    """Why a gate judged against the previous published days is off."""
+    return (
+        f"off: {days} previous published day(s){which}, the gate needs "
+        f"{settings.volume_min_days} (volume_min_days)"
+    )
+
+
 def volume_gate(
     table: str, today: int, past: list[int], settings: Settings, allowed: bool = False
 ) -> dict[str, Any]:
@@ -342,10 +350,7 @@ def volume_gate(
     if allowed:
         note = "off: the table ran as empty on purpose (allow_empty)"
     elif len(past) < settings.volume_min_days:
-        note = (
-            f"off: {len(past)} previous published day(s), the gate needs "
-            f"{settings.volume_min_days} (volume_min_days)"
-        )
+        note = too_little_history(len(past), settings)
     elif not median:
         note = "off: the previous published days' median is 0"
     ratio = today / median if not note and median else None
@@ -398,10 +403,7 @@ def follow_added_gate(
     elif not settings.follow_added_high:
         note = "off: follow_added_high is 0"
     elif len(past) < settings.volume_min_days:
-        note = (
-            f"off: {len(past)} previous published day(s) with a graph before, the gate needs "
-            f"{settings.volume_min_days} (volume_min_days)"
-        )
+        note = too_little_history(len(past), settings, " with a graph the day before")
     elif not median:
         note = "off: the previous published days added no edges"
     ratio = share / median if not note and share is not None and median else None

@@ -1,13 +1,15 @@
-"""The Airflow DAG run for real, on one Airflow home and one (SQLite) metadata database.
+"""The Airflow DAG run for real on one warehouse.
 
-Day 1 runs through ``airflow dags test`` (the demo's path), every stage submitted with
-spark-submit to ``local[*]``. Then Airflow's api-server, scheduler and dag-processor run on
-127.0.0.1: a backfill requested through the REST API runs days 2 and 3 in order, forcing a
-strategy through the run's params, with the workers' ``FEEDPIPE_SPARK_REMOTE`` naming a
-long-lived Spark Connect server (docs/operations.md), the plugin's pages are fetched from
-the API server, and the days' publish events trigger a run of the example consumer DAG.
-Every task must succeed on its first try. Last, a day whose landing never
-arrived: the sensor waits, times out and fails the run before ``ingest``.
+Day 1 runs through ``airflow dags test`` on a SQLite metadata database (the demo's path),
+every stage submitted with spark-submit to ``local[*]``. Then Airflow's api-server,
+scheduler and dag-processor run on 127.0.0.1 with the LocalExecutor on a PostgreSQL metadata
+database of the test's own, as docker/ deploys it (docs/deploy.md): a backfill requested
+through the REST API runs days 2 and 3 in order, forcing a strategy through the run's params,
+with the workers' ``FEEDPIPE_SPARK_REMOTE`` naming a long-lived Spark Connect server
+(docs/operations.md), the plugin's pages are fetched from the API server, and the days'
+publish events trigger a run of the example consumer DAG. Every task must succeed on its
+first try. Last, a day whose landing never arrived: the sensor waits, times out and fails
+the run before ``ingest``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from jobs.serving.reader import FeedReader
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support import naive
 from support.paths import version
-from support.servers import connect_server, logged
+from support.servers import Database, connect_server, logged, postgres_database
 
 START, DAYS, K = dt.date(2026, 1, 1), 3, 20
 BACKFILLED = [START + dt.timedelta(days=i) for i in range(1, DAYS)]
@@ -102,17 +104,34 @@ def test_feeds_daily_runs_one_day_through_airflow_dags_test(first_day):
     assert strategies == set(STRATEGIES.split(","))  # the shared views planned under Airflow
 
 
+@pytest.fixture
+def postgres(home, tmp_path):
+    """The module's Airflow settings with an Airflow home of their own on a new PostgreSQL
+    database (migrated), which is dropped afterwards; and the database."""
+    env, _, _ = home
+    with postgres_database("feedpipe_airflow") as db:
+        pg = {
+            **env,
+            "AIRFLOW_HOME": str(tmp_path / "airflow-pg"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db.url,
+        }
+        migrate(pg)
+        yield pg, db
+
+
 def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
-    home, first_day, tmp_path
+    home, first_day, postgres, tmp_path
 ):
-    """Airflow for real (api-server, scheduler, dag-processor, LocalExecutor): an
-    authenticated ``POST /api/v2/backfills`` over days 2 and 3 with ``strategy`` forced in the
-    run's conf; every run and every task succeeds on its first try, the days run one after
-    another, on the Connect server, each is published serving the forced strategy and the
-    last serves the naive feeds; the feedpipe plugin's pages, fetched from the API server,
-    show each day's figures; the publish events trigger a run of the example consumer DAG,
-    which summarises the newest published day."""
-    env, landing, warehouse = home
+    """Airflow for real (api-server, scheduler, dag-processor, LocalExecutor) on PostgreSQL:
+    an authenticated ``POST /api/v2/backfills`` over days 2 and 3 with ``strategy`` forced in
+    the run's conf; every run and every task succeeds on its first try (the REST API's and the
+    metadata database's ``try_number``), the days run one after another, on the Connect
+    server, each is published serving the forced strategy and the last serves the naive
+    feeds; the feedpipe plugin's pages, fetched from the API server, show each day's figures;
+    the publish events trigger a run of the example consumer DAG, which summarises the newest
+    published day."""
+    _, landing, warehouse = home
+    env, db = postgres
     start, end = BACKFILLED[0], BACKFILLED[-1]
     with (
         connect_server(tmp_path / "connect") as (url, events),
@@ -166,7 +185,7 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
         assert len(updates) == len(BACKFILLED)
         # the backfill's queries ran in the server's JVM, which wrote the days' tables
         assert str(warehouse) in logged(events)
-        # every run, the one dags test made too, with its tasks
+        # every run with its tasks (day 1's, made by dags test, is in the SQLite database)
         tasks = {
             r["logical_date"][:10]: {
                 t["task_id"]: t
@@ -185,7 +204,7 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
         consumed = asset_triggered_runs(af, {e["id"] for e in updates})
         for consumer, events in consumed:
             assert consumer["state"] == "success", af.log_tail()
-            # all from publish_day (day 1's too, made before the consumer was unpaused)
+            # all from publish_day
             assert {(e["source_dag_id"], e["source_task_id"]) for e in events} == {
                 ("feeds_daily", "publish_day")
             }
@@ -195,11 +214,16 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
         )["value"]
         assert str(end) in str(summary) and FORCED in str(summary), summary
 
-    assert sorted(tasks) == [str(d) for d in [START, *BACKFILLED]]
+    assert sorted(tasks) == [str(d) for d in BACKFILLED]
     for day, by_task in tasks.items():
         assert set(by_task) == {WAIT_TASK_ID, *TASK_IDS.values()}, day
         for task_id, ti in by_task.items():
             assert (ti["state"], ti["try_number"]) == ("success", 1), (day, task_id)
+    # the metadata database the scheduler wrote, read directly: the same, and nothing else
+    every_task = {WAIT_TASK_ID, *TASK_IDS.values()}
+    assert postgres_task_instances(db) == {
+        (str(d), t): ("success", 1) for d in BACKFILLED for t in every_task
+    }
     for before, after in itertools.pairwise(sorted(tasks)):  # depends_on_past: in day order
         for task_id, ti in tasks[after].items():
             assert tasks[before][task_id]["end_date"] <= ti["start_date"], task_id
@@ -303,7 +327,8 @@ def check_plugin_pages(af, warehouse: Path, days: list[dt.date]) -> None:
         for r in cost:
             row = re.search(rf"<tr class='\w*' data-strategy='{r['strategy']}'>(.*?)</tr>", page)
             assert row, r["strategy"]
-            cells = re.findall(r"<td[^>]*>([^<]*)", row.group(1))
+            # numbers as the page shows them, with thousands separators
+            cells = [c.replace(",", "") for c in re.findall(r"<td[^>]*>([^<]*)", row.group(1))]
             assert float(cells[1]) == pytest.approx(r["total_cost"], abs=0.05)
             assert (int(cells[5]), int(cells[6])) == (r["push_edges"], r["pull_edges"])
             assert ("(served)" in cells[0]) == r["chosen"]
@@ -326,6 +351,20 @@ def test_a_day_whose_landing_never_arrives_fails_at_the_sensor(home):
         not list(warehouse.glob(f"*/*/ds={day}"))
         and not (warehouse / "manifests" / f"ds={day}").exists()
     )
+
+
+def postgres_task_instances(db: Database) -> dict[tuple[str, str], tuple[str, int]]:
+    """(day, task) -> (state, try_number) of every feeds_daily task instance in the
+    PostgreSQL metadata database."""
+    import psycopg2
+
+    with contextlib.closing(psycopg2.connect(db.dsn)) as con, con.cursor() as cur:
+        cur.execute(
+            "SELECT to_char(r.logical_date AT TIME ZONE 'UTC', 'YYYY-MM-DD'), ti.task_id,"
+            " ti.state, ti.try_number FROM task_instance ti JOIN dag_run r"
+            " ON r.dag_id = ti.dag_id AND r.run_id = ti.run_id WHERE ti.dag_id = 'feeds_daily'"
+        )
+        return {(day, task): (state, tries) for day, task, state, tries in cur.fetchall()}
 
 
 def task_states(env: dict[str, str], day: dt.date) -> dict[str, str]:

@@ -1,7 +1,15 @@
 """kill -9 of a feedpipe process (the Python driver and its JVM, one process group) at
 several moments, first of a new day, then of a published day being reprocessed with corrected
-inputs, while readers poll: no read ever returns a wrong, missing or mixed feed, no killed
-attempt's outputs are ever published, and the day ends equal to an uninterrupted run's.
+inputs, while readers poll (docs/storage.md, "Versions of a day"):
+
+* a new day killed: nothing of it is visible (readers refuse it, no manifest, ``latest``
+  unchanged) and no killed attempt's outputs can be published;
+* a published day killed while reprocessed: its manifest names exactly the run folders it
+  named before, and readers get exactly the feeds they got before the reprocess started,
+  beside the rebuild's output; once the reprocess is published they get the new version,
+  the naive feeds of the corrected landing;
+* every polled read returned one version whole: the old one, then from some read on the new
+  one, never back.
 
 Each killed process is ``feedpipe run --stages S,...`` from the stage whose moment is under
 test (what the killed attempt finished before it is what an attempt of the whole day would
@@ -13,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import os
 import shutil
 import signal
@@ -23,10 +32,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from jobs.common import ledger, versions
+from jobs.common import versions
 from jobs.common.pipeline import STAGES
 from jobs.common.storage import Storage
 from jobs.common.tables import PUBLISHED_TABLES
@@ -34,10 +42,10 @@ from jobs.serving.reader import FeedError, FeedReader
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
 from support import naive
-from support.paths import version
-from support.polling import Poller
+from support.polling import Poller, phases
+from support.redelivery import redeliver
 from support.same_day import rows
-from support.workloads import LAST, START, K
+from support.workloads import LAST, START, K, assembled
 
 PREV = LAST - dt.timedelta(days=1)
 
@@ -128,28 +136,25 @@ def rerun(spark, settings, ds: dt.date, *stages: str) -> None:
         runner.run_stage(stage, settings, ds, spark)
 
 
-def correct(landing: Path, ds: dt.date) -> None:
-    """Upstream re-delivers day ``ds`` with 400 more events (late in the day, so they reach
-    the feeds) and 100 more follows of existing producers."""
-    events = naive.events(landing, ds, START)
-    producers = sorted(events.producer_id.unique())[:100]
-    consumers = sorted({c for c, _ in naive.graph(landing, ds, START)})
-    at = pd.Timestamp(ds, tz="UTC") + pd.Timedelta(hours=23)
-    pd.DataFrame(
-        {
-            "event_id": [f"late-{i:03d}" for i in range(400)],
-            "producer_id": [producers[i % len(producers)] for i in range(400)],
-            "created_at": [(at + pd.Timedelta(seconds=i)).isoformat() for i in range(400)],
-        }
-    ).to_csv(landing / "events" / f"ds={ds}" / "late.csv", index=False)
-    pd.DataFrame(
-        {
-            "consumer_id": consumers[:100],
-            "producer_id": [producers[(i * 7) % len(producers)] for i in range(100)],
-            "ts": [(at + pd.Timedelta(minutes=30)).isoformat()] * 100,
-            "op": ["follow"] * 100,
-        }
-    ).to_csv(landing / "follows" / f"ds={ds}" / "late.csv", index=False)
+def manifest_versions(wh: Path, ds: dt.date) -> dict[str, str]:
+    """The run folder of each table the day's published manifest names (``versions``), read
+    from the file itself."""
+    return dict(
+        json.loads((wh / "manifests" / f"ds={ds}" / "manifest.json").read_text())["versions"]
+    )
+
+
+def day_runs(wh: Path, ds: dt.date) -> set[tuple[str, str]]:
+    """(``layer/table``, ``run=...``) of every run folder of the day on disk."""
+    return {
+        (f"{p.parent.parent.parent.name}/{p.parent.parent.name}", p.name)
+        for p in wh.glob(f"*/*/ds={ds}/run=*")
+    }
+
+
+def frozen(folders: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A version's folders as a :class:`support.polling.Read` records them."""
+    return tuple(sorted(folders.items()))
 
 
 def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_day(
@@ -159,6 +164,7 @@ def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_d
     shutil.copytree(churn_landing, landing)
     s = dataclasses.replace(built_copy, landing=str(landing))
     wh, store = Path(s.warehouse), Storage.at(s.warehouse)
+    latest = wh / "manifests" / "latest"
     config = tmp_path / "feedpipe.toml"
     config.write_text(toml(s))
     log = tmp_path / "attempt.log"
@@ -167,7 +173,9 @@ def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_d
         f"{ly}/{t}": rows(s.warehouse, ly, t, LAST, published=False) for ly, t in PUBLISHED_TABLES
     }
     rerun(spark, s, PREV, "validate", "publish")
-    consumers = sorted(naive.feeds(landing, LAST, START, K))
+    prev_version = frozen(manifest_versions(wh, PREV))
+    old_all = naive.feeds(landing, LAST, START, K)
+    consumers = sorted(old_all)
     sample = consumers[::4]
     prev_feeds = naive.feeds(landing, PREV, START, K, set(sample))
 
@@ -175,6 +183,7 @@ def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_d
     # previous day is polled meanwhile
     poll_prev = Poller(s.warehouse, PREV, {"published": prev_feeds}, K)
     poll_prev.start()
+    assert poll_prev.sync().answer == "published"
     took = {}
     # (killed in publish, a new day may be published: that moment is the reprocess's)
     for moment, then in (
@@ -185,61 +194,83 @@ def test_kill_9_of_a_new_day_and_of_a_reprocess_never_shows_a_partial_or_mixed_d
         took[moment] = kill_at(config, wh, LAST, moment, log)
         with pytest.raises(FeedError, match="has not been published"):
             FeedReader(s.warehouse, LAST)
+        assert not (wh / "manifests" / f"ds={LAST}" / "manifest.json").exists()
         with pytest.raises(PublishRefused):  # no attempt's outputs are ever published
             runner.run_stage("publish", s, LAST)
-        assert ledger.latest(store) == PREV
+        assert latest.read_text() == str(PREV)
+        assert poll_prev.sync().answer == "published", moment
         rerun(spark, s, LAST, *then)
-    seen = poll_prev.finish()
-    assert set(seen) == {"published"} and len(seen) > 50, set(seen)
     got = {k: rows(s.warehouse, *k.split("/"), LAST) for k in reference}
     assert [k for k in reference if got[k] != reference[k]] == []
-    old_feeds = naive.feeds(landing, LAST, START, K, set(sample))
-    assert FeedReader(s.warehouse, LAST).feeds(sample, K) and ledger.latest(store) == LAST
-    old_version = versions.published(store, LAST)
+    assert latest.read_text() == str(LAST)
+    old_version = manifest_versions(wh, LAST)
+    before = assembled(s.warehouse, LAST, consumers, published=True)
+    assert before == old_all
 
     # 2. upstream re-delivers LAST corrected; the published day is reprocessed, killed at
-    # every moment, while both days are polled
-    correct(landing, LAST)
-    new_feeds = naive.feeds(landing, LAST, START, K, set(sample))
-    differ = sum(new_feeds[c] != old_feeds[c] for c in sample)
+    # every moment, while both days are polled: at each kill the manifest still names the
+    # old run folders, and readers get the feeds they got before the reprocess started
+    redeliver(landing, LAST, START)
+    new_all = naive.feeds(landing, LAST, START, K)
+    assert new_all.keys() == old_all.keys()
+    differ = sum(new_all[c] != old_all[c] for c in sample)
     assert differ > len(sample) // 4, differ
-    poll_prev = Poller(s.warehouse, PREV, {"published": prev_feeds}, K)
-    poll_last = Poller(s.warehouse, LAST, {"old": old_feeds, "new": new_feeds}, K)
-    poll_prev.start()
+    expected = {n: {c: f[c] for c in sample} for n, f in (("old", old_all), ("new", new_all))}
+    poll_last = Poller(s.warehouse, LAST, expected, K)
     poll_last.start()
+    assert poll_last.sync().answer == "old"
     rerun(spark, s, LAST, "ingest", "rates")
+    switched = False
     for moment, then in (
         ("plan running", ("plan",)),
         ("materialize writing", ("materialize",)),
         ("publish starting", ("validate", "publish")),
     ):
         took[f"reprocess, {moment}"] = kill_at(config, wh, LAST, moment, log)
-        published = versions.published(store, LAST)
-        assert published is not None and published.folders.keys() == old_version.folders.keys()
-        assert ledger.latest(store) == LAST
+        published = manifest_versions(wh, LAST)
+        assert day_runs(wh, LAST) - set(published.items()), moment  # the rebuild's output
+        assert FeedReader(s.warehouse, LAST).version.folders == published
+        if moment == "publish starting" and published != old_version:
+            # killed after publish replaced the manifest: the new version, whole
+            assert published == versions.working(store, LAST).folders, moment
+            switched = True
+            assert assembled(s.warehouse, LAST, consumers, published=True) == new_all
+        else:
+            assert published == old_version, moment
+            assert assembled(s.warehouse, LAST, consumers, published=True) == before, moment
+        if moment != "publish starting":
+            with pytest.raises(PublishRefused):
+                runner.run_stage("publish", s, LAST)
+        assert latest.read_text() == str(LAST)
         rerun(spark, s, LAST, *then)
-    time.sleep(2)  # the pollers read the new version a few times
-    seen_last = poll_last.finish()
-    assert set(poll_prev.finish()) == {"published"}
-    assert set(seen_last) <= {"old", "new"}, sorted(set(seen_last))
-    first_new = seen_last.index("new") if "new" in seen_last else len(seen_last)
-    assert "old" not in seen_last[first_new:], "a read went back to the old version"
-    assert len(seen_last) > 50
-    got = FeedReader(s.warehouse, LAST).feeds(consumers, K)
-    assert {c: [i.event_id for i in f] for c, f in got.items()} == naive.feeds(
-        landing, LAST, START, K
-    )
+    assert poll_last.sync().answer == "new"
+    assert poll_prev.sync().answer == "published"
+    reads_last, reads_prev = poll_last.finish(), poll_prev.finish()
+
+    # the new version: every table of the day rebuilt, what the reader resolves, the naive
+    # feeds of the corrected landing
+    new_version = manifest_versions(wh, LAST)
+    assert new_version.keys() == old_version.keys()
+    assert not set(new_version.items()) & set(old_version.items())
+    assert FeedReader(s.warehouse, LAST).version.folders == new_version
+    after = assembled(s.warehouse, LAST, consumers, published=True)
+    assert after == new_all != before
+    # every read returned one version whole, the old one, then from some read on the new one
+    assert phases((r.answer, r.folders) for r in reads_prev) == [("published", prev_version)]
+    assert phases((r.answer, r.folders) for r in reads_last) == [
+        ("old", frozen(old_version)),
+        ("new", frozen(new_version)),
+    ], Counter(r.answer for r in reads_last)
     # only the published version and the one it replaced are left of the day
-    left = {
-        (p.parent.parent.parent.name, p.parent.parent.name, p.name)
-        for p in wh.glob(f"*/*/ds={LAST}/run=*")
-    }
-    assert len(left) <= 2 * len(versions.published(store, LAST).folders)
+    replaced = {} if switched else old_version
+    assert day_runs(wh, LAST) == set(new_version.items()) | set(replaced.items())
     # a past day published again leaves `latest` where it is
     runner.run_stage("publish", s, PREV)
-    assert ledger.latest(store) == LAST
+    assert latest.read_text() == str(LAST)
     print("kill moments, seconds run before the kill:", {k: round(v, 1) for k, v in took.items()})
     print(
-        "reads of the reprocessed day:", dict(Counter(seen_last)), "of the day before:", len(seen)
+        "reads of the reprocessed day:",
+        dict(Counter(r.answer for r in reads_last)),
+        "of the day before:",
+        len(reads_prev),
     )
-    assert version(s.warehouse, "feeds", "consumer_feed", LAST, published=True).exists()

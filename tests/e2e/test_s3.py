@@ -1,8 +1,9 @@
 """S3: a real S3-compatible server (moto in server mode) on 127.0.0.1.
 
 * Landing and warehouse on S3: Spark reading and writing through S3A, the reader and publish
-  through pyarrow's S3 client; ``publish_to`` marks the warehouse on S3; a reprocess killed
-  with kill -9 while it writes never disturbs a reader of the published day.
+  through pyarrow's S3 client; ``publish_to`` marks the warehouse on S3; a reprocess of
+  corrected inputs killed with kill -9 while plan runs and while materialize writes never
+  disturbs a reader of the published day, and a new day killed stays invisible.
 * ``publish_to`` from a local warehouse: whole days copied with boto3, the pointers moved
   after the data; a publish failing half-way moves no pointer."""
 
@@ -20,22 +21,26 @@ from collections import Counter
 import boto3
 import pytest
 
-from jobs.common import versions
 from jobs.common.config import Settings
 from jobs.common.s3a import jar_paths
 from jobs.common.storage import Storage
-from jobs.serving.reader import FeedReader
+from jobs.serving import published
+from jobs.serving.published import NotPublished
+from jobs.serving.reader import FeedError, FeedReader
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support import naive
-from support.polling import Poller
+from support.polling import Poller, phases
+from support.redelivery import redeliver
 from support.requires import missing
 from support.workloads import START as CHURN_START
 from support.workloads import K as CHURN_K
+from support.workloads import assembled
 
 START = dt.date(2026, 1, 1)
-DAYS = 2
+DAYS = 3
+"""Two backfilled, and a new day killed before it is published."""
 K = 5
 
 
@@ -58,27 +63,81 @@ def s3_env(s3_server):
             os.environ[k] = v
 
 
-def test_a_backfill_on_s3_serves_the_naive_feeds_and_survives_a_killed_reprocess(s3_env, tmp_path):
+WH = "s3://feedpipe/warehouse"
+
+
+def bucket_keys(s3, prefix: str) -> list[str]:
+    return [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket="feedpipe", Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
+
+
+def body(s3, key: str) -> bytes | None:
+    try:
+        return bytes(s3.get_object(Bucket="feedpipe", Key=key)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def day_runs(s3, ds: dt.date, layer: str = "") -> set[tuple[str, str]]:
+    """(``layer/table``, ``run=...``) of every run folder of day ``ds`` in the warehouse."""
+    return {
+        (f"{parts[1]}/{parts[2]}", parts[4])
+        for parts in (k.split("/") for k in bucket_keys(s3, f"warehouse/{layer}"))
+        if len(parts) > 5 and parts[3] == f"ds={ds}" and parts[4].startswith("run=")
+    }
+
+
+def manifest_versions(s3, ds: dt.date) -> dict[str, str]:
+    """The run folder of each table the day's published manifest names (``versions``)."""
+    manifest = body(s3, f"warehouse/manifests/ds={ds}/manifest.json")
+    assert manifest is not None, f"{ds} has no manifest"
+    return dict(json.loads(manifest)["versions"])
+
+
+def kill_when(cmd: list[str], env: dict[str, str], reached, log) -> float:
+    """Run ``cmd`` in a process group of its own and kill the group (kill -9, the JVM
+    included) once ``reached()``; returns the seconds it ran."""
+    started = time.monotonic()
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+        while not reached():
+            ended = proc.poll()
+            assert ended is None, f"the run ended ({ended}): {log.read_text()[-3000:]}"
+            assert time.monotonic() - started < 600, f"not reached in 600 s: {cmd}"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    return time.monotonic() - started
+
+
+def test_a_backfill_on_s3_serves_the_naive_feeds_and_survives_killed_runs(s3_env, tmp_path):
+    """Two days backfilled on S3 serve the naive feeds; the last is re-delivered corrected and
+    reprocessed, killed (kill -9, the JVM included) while plan runs and while materialize
+    writes: each time its manifest names the old run folders and readers get the old feeds,
+    then the finished reprocess serves the corrected landing's naive feeds; a poller's reads
+    return the old version, then the new one, each whole. A new day killed while plan runs is
+    invisible to readers and leaves ``manifests/latest`` where it was."""
     profile = scaled(PROFILES["ff2010"], 0.002)
+    local = tmp_path / "local"
     generate(Storage.at("s3://feedpipe/landing"), START, DAYS, profile, seed=21)
-    generate(
-        Storage.at(str(tmp_path / "local")), START, DAYS, profile, seed=21
-    )  # same seed: same files
-    end = START + dt.timedelta(days=DAYS - 1)
+    generate(Storage.at(str(local)), START, DAYS, profile, seed=21)  # same seed: same files
+    end = START + dt.timedelta(days=DAYS - 2)  # the last backfilled day
+    new_day = end + dt.timedelta(days=1)
     env = {**os.environ, **s3_env, "FEEDPIPE_FEED_K": str(K), "FEEDPIPE_STRATEGY": "ff-per-pair"}
     env["FEEDPIPE_STRATEGIES"] = "ff-per-pair"  # S3 is under test here, not the strategies
     env["FEEDPIPE_PUBLISH_TO"] = "s3://feedpipe/published"  # the warehouse is on S3: marked
+    roots = ["--landing", "s3://feedpipe/landing", "--warehouse", WH]
     cmd = [sys.executable, "-m", "jobs", "backfill", "--start", str(START), "--end", str(end), "-q"]
-    cmd += ["--landing", "s3://feedpipe/landing", "--warehouse", "s3://feedpipe/warehouse"]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
+    result = subprocess.run([*cmd, *roots], env=env, capture_output=True, text=True, timeout=1500)
     assert result.returncode == 0, result.stderr[-4000:]
 
     s3 = boto3.client("s3", endpoint_url=s3_env["FEEDPIPE_S3_ENDPOINT"])
-    keys = [
-        o["Key"]
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket="feedpipe")
-        for o in page.get("Contents", [])
-    ]
+    keys = bucket_keys(s3, "")
     assert f"warehouse/manifests/ds={end}/_SUCCESS" in keys
     assert any(
         k.startswith(f"warehouse/feeds/consumer_feed/ds={end}/") and k.endswith(".parquet")
@@ -86,92 +145,123 @@ def test_a_backfill_on_s3_serves_the_naive_feeds_and_survives_a_killed_reprocess
     )
     # each table of the day has exactly the version its manifest names (a backfill writes
     # each day once; nothing was staged or copied inside the bucket)
-    manifest = json.loads(
-        s3.get_object(Bucket="feedpipe", Key=f"warehouse/manifests/ds={end}/manifest.json")[
-            "Body"
-        ].read()
-    )
-    folders = {
-        (f"{parts[1]}/{parts[2]}", parts[4])
-        for parts in (k.split("/") for k in keys)
-        if len(parts) > 5 and parts[3] == f"ds={end}" and parts[4].startswith("run=")
-    }
-    assert folders == set(manifest["versions"].items())
+    old_version = manifest_versions(s3, end)
+    assert day_runs(s3, end) == set(old_version.items())
 
-    expected = naive.feeds(tmp_path / "local", end, START, K)
-    got = FeedReader("s3://feedpipe/warehouse", end).feeds(sorted(expected), K)
-    mismatched = [c for c in expected if [i.event_id for i in got[c]] != expected[c]]
+    expected = naive.feeds(local, end, START, K)
+    consumers = sorted(expected)
+    before = assembled(WH, end, consumers, K, published=True)
+    mismatched = [c for c in expected if before[c] != expected[c]]
     assert not mismatched, f"{len(mismatched)} of {len(expected)} feeds differ"
 
     # publish_to with the warehouse on S3: nothing copied, the pointers name the warehouse
     assert not [k for k in keys if k.startswith("published/snapshots/")]
-    for ds in (START, end):
-        day = json.loads(
-            s3.get_object(Bucket="feedpipe", Key=f"published/days/ds={ds}.json")["Body"].read()
-        )
-        assert (day["ds"], day["root"]) == (str(ds), "s3://feedpipe/warehouse")
-    latest = json.loads(s3.get_object(Bucket="feedpipe", Key="published/latest")["Body"].read())
-    assert latest["ds"] == str(end)
-    assert FeedReader.published_copy("s3://feedpipe/published", None, s3=s3).ds == end
 
-    # the published last day reprocessed on S3 to serve another plan, its run killed (the
-    # process group, JVM included) while materialize writes the feeds, then run to the end;
-    # a reader polling the day meanwhile always gets its feeds, through one version or the
-    # other, and the killed attempt is never published
-    forced = {**env, "FEEDPIPE_STRATEGY": "pull-all", "FEEDPIPE_STRATEGIES": "pull-all"}
-    sample = sorted(expected)[::3]
-    poll = Poller("s3://feedpipe/warehouse", end, {"day": {c: expected[c] for c in sample}}, K)
-    poll.start()
+    def pointers() -> None:
+        for ds in (START, end):
+            day = json.loads(body(s3, f"published/days/ds={ds}.json") or b"{}")
+            assert (day["ds"], day["root"]) == (str(ds), WH)
+        latest = json.loads(body(s3, "published/latest") or b"{}")
+        assert latest["ds"] == str(end)
+        assert FeedReader.published_copy("s3://feedpipe/published", None, s3=s3).ds == end
+        assert body(s3, "warehouse/manifests/latest") == str(end).encode()
 
-    def runs(layer: str) -> set[str]:
-        prefix = f"warehouse/{layer}/"
-        return {
-            k.rsplit("/", 1)[0]
-            for page in s3.get_paginator("list_objects_v2").paginate(
-                Bucket="feedpipe", Prefix=prefix
-            )
-            for o in page.get("Contents", [])
-            if f"/ds={end}/run=" in (k := o["Key"])
-        }
+    pointers()
 
-    before = runs("feeds")
-    stages = ["run", "--ds", str(end), "--landing", "s3://feedpipe/landing"]
-    stages += ["--warehouse", "s3://feedpipe/warehouse", "--stages"]
-    killed = subprocess.Popen(
-        [sys.executable, "-m", "jobs", *stages, "plan,materialize,validate,publish", "-q"],
-        env=forced,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    # upstream re-delivers the last day corrected (more events late in the day, more
+    # follows); the day is reprocessed, killed while plan runs (rates has recorded the
+    # corrected day) and while materialize writes the feeds, while a reader polls it
+    for path in redeliver(local, end, START, events=300, follows=60):
+        s3.upload_file(str(path), "feedpipe", f"landing/{path.relative_to(local).as_posix()}")
+    corrected = naive.feeds(local, end, START, K)
+    assert corrected.keys() == expected.keys()
+    differ = sum(corrected[c] != expected[c] for c in consumers)
+    assert differ > len(consumers) // 4, differ
+    sample = consumers[::3]
+    poll = Poller(
+        WH,
+        end,
+        {n: {c: f[c] for c in sample} for n, f in (("old", expected), ("new", corrected))},
+        K,
     )
-    deadline = time.monotonic() + 600
-    while not runs("feeds") - before:
-        assert killed.poll() is None, f"the run ended ({killed.returncode}) before materialize"
-        assert time.monotonic() < deadline, "materialize did not start writing in 600 s"
-        time.sleep(0.2)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(30)
+    poll.start()
+    assert poll.sync().answer == "old"
     on_s3 = Settings(
         landing="s3://feedpipe/landing",
-        warehouse="s3://feedpipe/warehouse",
+        warehouse=WH,
         feed_k=K,
-        strategy="pull-all",
-        strategies=("pull-all",),
+        strategy="ff-per-pair",
+        strategies=("ff-per-pair",),
         publish_to="s3://feedpipe/published",
     )
-    with pytest.raises(PublishRefused, match="materialize"):
-        runner.run_stage("publish", on_s3, end)
-    rest = [sys.executable, "-m", "jobs", *stages, "materialize,validate,publish", "-q"]
-    finished = subprocess.run(rest, env=forced, capture_output=True, text=True, timeout=1200)
+
+    def rates_recorded(ds: dt.date):
+        key = f"warehouse/manifests/ds={ds}/stages/rates.json"
+        old = body(s3, key)
+        return lambda: body(s3, key) not in (None, old)
+
+    def feeds_writing(ds: dt.date):
+        old = day_runs(s3, ds, "feeds")
+        return lambda: bool(day_runs(s3, ds, "feeds") - old)
+
+    run_day = [sys.executable, "-m", "jobs", "run", "--ds", str(end), *roots, "-q", "--stages"]
+    took = {}
+    for moment, stages, when in (
+        ("plan running", "ingest,rates,plan,materialize,validate,publish", rates_recorded),
+        ("materialize writing", "plan,materialize,validate,publish", feeds_writing),
+    ):
+        log = tmp_path / f"{moment.replace(' ', '-')}.log"
+        took[moment] = kill_when([*run_day, stages], env, when(end), log)
+        assert manifest_versions(s3, end) == old_version, moment
+        assert day_runs(s3, end) - set(old_version.items()), moment  # the rebuild's output
+        assert FeedReader(WH, end).version.folders == old_version, moment
+        assert assembled(WH, end, consumers, K, published=True) == before, moment
+        with pytest.raises(PublishRefused):  # the killed attempt is never published
+            runner.run_stage("publish", on_s3, end)
+        assert body(s3, "warehouse/manifests/latest") == str(end).encode()
+    finished = subprocess.run(
+        [*run_day, "materialize,validate,publish"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert finished.returncode == 0, finished.stderr[-4000:]
-    seen = poll.finish()
-    assert set(seen) == {"day"} and len(seen) > 20, Counter(seen)
-    store = Storage.at("s3://feedpipe/warehouse")
-    assert versions.published(store, end).manifest["plan"]["served"] == "pull-all"
-    got = FeedReader("s3://feedpipe/warehouse", end).feeds(sorted(expected), K)
-    assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
-    # of the feeds, the published version and the one it replaced are left
-    assert len(runs("feeds")) <= 2 * 4
+    assert poll.sync().answer == "new"
+    reads = poll.finish()
+    new_version = manifest_versions(s3, end)
+    assert new_version.keys() == old_version.keys()
+    assert not set(new_version.items()) & set(old_version.items())  # every table rebuilt
+    assert FeedReader(WH, end).version.folders == new_version
+    after = assembled(WH, end, consumers, K, published=True)
+    assert after == corrected != before
+    assert phases((r.answer, r.folders) for r in reads) == [
+        ("old", tuple(sorted(old_version.items()))),
+        ("new", tuple(sorted(new_version.items()))),
+    ], Counter(r.answer for r in reads)
+    # the published version and the one it replaced are left, the killed runs are gone
+    assert day_runs(s3, end) == set(new_version.items()) | set(old_version.items())
+    pointers()
+
+    # a new day, killed while plan runs: readers see nothing of it, `latest` stays
+    log = tmp_path / "new-day.log"
+    run_new = [sys.executable, "-m", "jobs", "run", "--ds", str(new_day), *roots, "-q"]
+    took["new day, plan running"] = kill_when(run_new, env, rates_recorded(new_day), log)
+    assert day_runs(s3, new_day, "clean") and day_runs(s3, new_day, "rates")
+    assert not bucket_keys(s3, f"warehouse/manifests/ds={new_day}/manifest.json")
+    assert not bucket_keys(s3, f"warehouse/manifests/ds={new_day}/_SUCCESS")
+    with pytest.raises(FeedError, match="has not been published"):
+        FeedReader(WH, new_day)
+    with pytest.raises(NotPublished):
+        published.dataset(WH, "clean.events", new_day)
+    days = published.dataset(WH, "clean.events").to_table(columns=["ds"]).column("ds")
+    assert sorted(set(days.to_pylist())) == [START, end]
+    with pytest.raises(PublishRefused):
+        runner.run_stage("publish", on_s3, new_day)
+    assert body(s3, f"published/days/ds={new_day}.json") is None
+    pointers()
+    print("kill moments, seconds run before the kill:", {k: round(v, 1) for k, v in took.items()})
+    print("reads of the reprocessed day:", dict(Counter(r.answer for r in reads)))
 
 
 def test_publish_to_s3_copies_whole_days_and_a_failed_publish_moves_no_pointer(

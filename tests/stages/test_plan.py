@@ -108,7 +108,12 @@ def test_the_certificate_is_below_the_exact_optimum_of_a_small_day(spark, tmp_pa
         folder = landing / table / f"ds={d}"
         folder.mkdir(parents=True)
         (folder / "part-0.csv").write_text("\n".join([header, *lines]) + "\n")
-    s = Settings(landing=str(landing), warehouse=str(tmp_path / "wh"), shuffle_partitions=4)
+    s = Settings(
+        landing=str(landing),
+        warehouse=str(tmp_path / "wh"),
+        shuffle_partitions=4,
+        strategies=("push-all", "pull-all", "ff-per-pair", "ff-consumer", "cz-lp"),
+    )
     for stage in ("ingest", "rates", "plan"):
         runner.run_stage(stage, s, d, spark)
 

@@ -1,16 +1,37 @@
-"""A reader that polls a day's feeds while the day is killed and rebuilt (tests/e2e)."""
+"""A reader that polls a day's feeds while the day is killed and rebuilt (tests/e2e).
+
+What a test asserts is what was read, never how many reads the machine's speed allowed:
+:meth:`Poller.sync` waits for one read that started after the call (so a test can place a
+read before, between and after the moments it cares about), and :func:`phases` collapses
+the reads into the versions they returned, in order (``["old", "new"]``: some reads returned
+exactly the old feeds, then every later one exactly the new ones).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 import time
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read of the day: the name of the expected answer its feeds equal ("mixed" when
+    none, ``error: ...`` when it failed) and the run folders of the version the reader
+    resolved (``layer/table`` -> ``run=...``, empty when it failed)."""
+
+    answer: str
+    folders: tuple[tuple[str, str], ...]
+    started: float
 
 
 class Poller(threading.Thread):
     """Reads ``consumers``' feeds of day ``ds`` over and over, each through the published
-    version as ``feedpipe feed`` does; each read is named after the expected answer it equals
-    ("mixed" when none, the error when the read failed)."""
+    version as ``feedpipe feed`` does; each read is named after the expected answer it
+    equals."""
 
     def __init__(
         self, warehouse: str, ds: dt.date, expected: dict[str, dict[str, list[str]]], k: int
@@ -18,22 +39,54 @@ class Poller(threading.Thread):
         super().__init__(daemon=True)
         self.warehouse, self.ds, self.expected, self.k = warehouse, ds, expected, k
         self.consumers = sorted(next(iter(expected.values())))
-        self.seen: list[str] = []
+        self.reads: list[Read] = []
         self.stop = threading.Event()
+        self.done = threading.Condition()
 
     def run(self) -> None:
         from jobs.serving.reader import FeedReader
 
         while not self.stop.is_set():
+            started = time.monotonic()
             try:
-                got = FeedReader(self.warehouse, self.ds).feeds(self.consumers, self.k)
+                reader = FeedReader(self.warehouse, self.ds)
+                got = reader.feeds(self.consumers, self.k)
                 ids = {c: [i.event_id for i in f] for c, f in got.items()}
-                self.seen.append(next((n for n, e in self.expected.items() if e == ids), "mixed"))
+                name = next((n for n, e in self.expected.items() if e == ids), "mixed")
+                # the version the feeds came from (after any resolving again mid-read)
+                read = Read(name, tuple(sorted(reader.version.folders.items())), started)
             except Exception as exc:
-                self.seen.append(f"error: {exc}")
+                read = Read(f"error: {exc}", (), started)
+            with self.done:
+                self.reads.append(read)
+                self.done.notify_all()
             time.sleep(0.25)
 
-    def finish(self) -> list[str]:
+    @property
+    def seen(self) -> list[str]:
+        return [r.answer for r in self.reads]
+
+    def sync(self, timeout: float = 120) -> Read:
+        """The first read that started after this call, once it has finished."""
+        since = time.monotonic()
+        deadline = since + timeout
+        with self.done:
+            while True:
+                later = [r for r in self.reads if r.started >= since]
+                if later:
+                    return later[0]
+                assert self.is_alive(), "the poller stopped"
+                left = deadline - time.monotonic()
+                assert left > 0, f"no read of {self.ds} finished within {timeout} s"
+                self.done.wait(left)
+
+    def finish(self) -> list[Read]:
         self.stop.set()
         self.join(30)
-        return self.seen
+        return self.reads
+
+
+def phases(values: Iterable[Hashable]) -> list[Hashable]:
+    """``values`` with each run of equal neighbours collapsed into one: the versions the
+    reads returned, in the order they returned them."""
+    return [v for v, _ in itertools.groupby(values)]

@@ -1,4 +1,5 @@
-"""Real servers the tests start on 127.0.0.1: a free port, an S3-compatible endpoint."""
+"""Real servers the tests use on 127.0.0.1: a free port, an S3-compatible endpoint, a Spark
+Connect server, a database of a test's own on the machine's PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import quote
+
+from support.requires import missing
 
 
 def free_port() -> int:
@@ -103,3 +108,51 @@ def connect_server(root: Path) -> Iterator[tuple[str, Path]]:
 def logged(events: Path) -> str:
     """Everything a Spark event log folder holds, as text."""
     return "\n".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
+
+
+POSTGRES = os.environ.get("FEEDPIPE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+"""The PostgreSQL server (a libpq URI) the tests create their databases on: the machine's own,
+as CI's, with trust authentication."""
+
+
+class Database(NamedTuple):
+    name: str
+    dsn: str
+    """libpq's URI (psycopg2, psql)."""
+    url: str
+    """SQLAlchemy's URL with the psycopg2 driver (Airflow's ``sql_alchemy_conn``)."""
+
+
+@contextmanager
+def postgres_database(prefix: str) -> Iterator[Database]:
+    """A new database ``<prefix>_<random>`` on :data:`POSTGRES`, dropped afterwards (with
+    whatever connections are left to it). Without the server or the psycopg2 driver the
+    calling test is skipped, and fails under ``CI=true``."""
+    try:
+        import psycopg2
+        from psycopg2.extensions import make_dsn, parse_dsn
+    except ImportError:
+        missing("psycopg2", "the dev extras of pyproject.toml install psycopg2-binary")
+    try:
+        admin = psycopg2.connect(POSTGRES, connect_timeout=10)
+    except psycopg2.OperationalError as exc:
+        where = POSTGRES.rsplit("@", 1)[-1]  # no password in a message
+        missing(
+            f"PostgreSQL at {where} ({' '.join(str(exc).split())})",
+            "start the machine's PostgreSQL service, or name a server in FEEDPIPE_TEST_POSTGRES",
+        )
+    admin.autocommit = True
+    name = f"{prefix}_{os.urandom(4).hex()}"
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        params = {**parse_dsn(POSTGRES), "dbname": name}
+        user, password = params.get("user", ""), params.get("password")
+        host, port = params.get("host", "127.0.0.1"), params.get("port", "5432")
+        auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
+        url = f"postgresql+psycopg2://{auth}@{host}:{port}/{name}"
+        yield Database(name, make_dsn(**params), url)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
