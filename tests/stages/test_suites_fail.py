@@ -396,10 +396,10 @@ def _key(f: dict) -> str:
 
 
 def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy):
-    """Each of the table suites' expectations, on the churn day's tables with one corruption
-    made for it: the expectation fails (on Great Expectations' pandas engine; the other test
-    shows both engines agree). With the gates and the row accounting, every expectation of
-    every suite is shown failing."""
+    """Each of the table suites' 57 expectations, on the churn day's tables with one
+    corruption made for it, and the row accounting's two on a lost row and a lost count: each
+    fails (on Great Expectations' pandas engine; the test above shows both engines agree and
+    the gates failing on corrupted counts): every expectation of every suite fails."""
     import json
 
     wh = Storage.at(built_copy.warehouse)
@@ -443,3 +443,24 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
             if key not in {_key(f) for f in got["suites"][suite]["failed"]}:
                 missed.append((suite, key))
     assert missed == []
+
+    # the row accounting's two expectations: a row read and never written (the ingest record
+    # counts one more), and a consumer's count lost from clean/view_counts as written
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    from support.paths import version
+
+    ingest = read_record(wh, LAST, "ingest")
+    lost = {**ingest, "tables": {**ingest["tables"]}}
+    lost["tables"]["events"] = {**ingest["tables"]["events"]}
+    lost["tables"]["events"]["rows_in"] += 1
+    folder = version(built_copy.warehouse, "clean", "view_counts", LAST)
+    whole = pads.dataset(str(folder)).to_table()
+    for f in folder.glob("*"):
+        f.unlink()
+    pq.write_table(whole.slice(1), folder / "part-0.parquet")
+    frames = {"ingest.accounting": validate.accounting_check(spark, wh, LAST, lost)}
+    got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
+    failed = {_key(f) for f in got["suites"]["ingest.accounting"]["failed"]}
+    assert failed == set(declared["ingest.accounting"]) == {"rows_in", "clean_rows"}
