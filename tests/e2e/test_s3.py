@@ -130,6 +130,7 @@ def test_a_backfill_on_s3_serves_the_naive_feeds_and_survives_killed_runs(s3_env
     new_day = end + dt.timedelta(days=1)
     env = {**os.environ, **s3_env, "FEEDPIPE_FEED_K": str(K), "FEEDPIPE_STRATEGY": "ff-per-pair"}
     env["FEEDPIPE_STRATEGIES"] = "ff-per-pair"  # S3 is under test here, not the strategies
+    env["FEEDPIPE_SHUFFLE_PARTITIONS"] = "4"  # a small day: fewer, larger objects to commit
     env["FEEDPIPE_PUBLISH_TO"] = "s3://feedpipe/published"  # the warehouse is on S3: marked
     roots = ["--landing", "s3://feedpipe/landing", "--warehouse", WH]
     cmd = [sys.executable, "-m", "jobs", "backfill", "--start", str(START), "--end", str(end), "-q"]

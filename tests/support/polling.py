@@ -34,10 +34,16 @@ class Poller(threading.Thread):
     equals."""
 
     def __init__(
-        self, warehouse: str, ds: dt.date, expected: dict[str, dict[str, list[str]]], k: int
+        self,
+        warehouse: str,
+        ds: dt.date,
+        expected: dict[str, dict[str, list[str]]],
+        k: int,
+        interval: float = 1.0,
     ):
         super().__init__(daemon=True)
         self.warehouse, self.ds, self.expected, self.k = warehouse, ds, expected, k
+        self.interval = interval  # seconds between reads: the reads share the test's cores
         self.consumers = sorted(next(iter(expected.values())))
         self.reads: list[Read] = []
         self.stop = threading.Event()
@@ -60,7 +66,7 @@ class Poller(threading.Thread):
             with self.done:
                 self.reads.append(read)
                 self.done.notify_all()
-            time.sleep(0.25)
+            time.sleep(self.interval)
 
     @property
     def seen(self) -> list[str]:
