@@ -49,8 +49,10 @@ from bench.day import (
     SPARK_STAGES,
     finish,
     measured,
+    stage_seconds,
     tree_rss_mb,
 )
+from jobs.common import ledger
 from jobs.common.pipeline import LANDING_TABLES
 from jobs.common.storage import Storage
 from jobs.workloads.generate import PROFILES, generate, scaled
@@ -105,7 +107,7 @@ def bench(
     base = work / f"ff2010-{scale:g}"
     wh, ref_out, logs = base / "warehouse", base / "duckdb", base / "logs"
     config = base / "ff-per-pair.toml"
-    if not (wh / "manifests" / f"ds={D2}" / "stages" / "ingest.json").exists():
+    if ledger.read_record(Storage.at(str(wh)), D2, "ingest") is None:
         raise SystemExit(f"no day 2 in {wh}: run bench/day.py --scales {scale:g} first")
     logs.mkdir(parents=True, exist_ok=True)
     measured_days = [D2 + dt.timedelta(days=i) for i in range(1, new_days + 1)] or [D2] * reps
@@ -144,8 +146,7 @@ def bench(
     def client(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
         cmd = [str(bin_dir / "feedpipe"), stage, "--ds", str(ds), "--spark-remote", url, "-q"]
         m = measured(cmd, logs / log, env)
-        record = wh / "manifests" / f"ds={ds}" / "stages" / f"{stage}.json"
-        m["stage_s"] = json.loads(record.read_text())["seconds"]
+        m["stage_s"] = stage_seconds(wh, ds, stage)
         m["ds"] = str(ds)
         return m
 

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import duckdb_reference, provenance
+from jobs.common import ledger
 from jobs.common.cds import driver_java_options
+from jobs.common.config import driver_memory
 from jobs.common.pipeline import SPARK_STAGES
 from jobs.common.storage import Storage
 from jobs.workloads.generate import PROFILES, generate, scaled
@@ -112,9 +114,17 @@ def rows_in(wh: Path, layer: str, table: str, days: list[dt.date]) -> int:
     return sum(pads.dataset(str(wh.joinpath(*f))).count_rows() for f in found if f)
 
 
+def stage_seconds(wh: Path, ds: dt.date, stage: str) -> float:
+    """The seconds the stage's record of day ``ds`` says it ran."""
+    record = ledger.read_record(Storage.at(str(wh)), ds, stage)
+    if record is None:
+        raise SystemExit(f"no {stage} record of {ds} in {wh}: the run failed (see its log)")
+    return float(record["seconds"])
+
+
 def stage_inputs(wh: Path, ds: dt.date, window: list[dt.date]) -> dict[str, int]:
     """The main input rows of each stage (what rows per second divide by)."""
-    record = json.loads((wh / "manifests" / f"ds={ds}" / "stages" / "ingest.json").read_text())
+    record = ledger.read_record(Storage.at(str(wh)), ds, "ingest") or {}
     follows = rows_in(wh, "clean", "follows", [ds])
     events, views = rows_in(wh, "clean", "events", [ds]), rows_in(wh, "clean", "views", [ds])
     return {
@@ -169,7 +179,7 @@ def bench_scale(
     env.pop("FEEDPIPE_CONFIG", None)
 
     # the driver memory the DAG gives each stage (dags/feeds_daily.py)
-    memory = os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g")
+    memory = driver_memory()
     submit = [str(bin_dir / "spark-submit"), "--master", "local[*]", "--driver-memory", memory]
     # the collector and the class archive, as the DAG submits (jobs/common/cds.py)
     submit += ["--conf", f"spark.driver.extraJavaOptions={driver_java_options()}"]
@@ -185,8 +195,7 @@ def bench_scale(
             logs / log,
             {**env, "FEEDPIPE_CONFIG": str(ff_only)},
         )
-        record = wh / "manifests" / f"ds={ds}" / "stages" / f"{stage}.json"
-        m["stage_s"] = json.loads(record.read_text())["seconds"]
+        m["stage_s"] = stage_seconds(wh, ds, stage)
         return m
 
     def reference(stage: str, ds: dt.date, log: str) -> dict[str, Any]:
@@ -229,8 +238,7 @@ def bench_scale(
             # each stage's own time in that one process: after the first stage, its JVM
             # is warm (classes loaded, hot code compiled), as a stage alone never is
             for stage in SPARK_STAGES:
-                record = wh / "manifests" / f"ds={D2}" / "stages" / f"{stage}.json"
-                seconds = json.loads(record.read_text())["seconds"]
+                seconds = stage_seconds(wh, D2, stage)
                 runs.setdefault(f"{name}:{stage}", []).append({"stage_s": seconds})
         for stage in SPARK_STAGES:
             runs.setdefault(f"spark.{stage}", []).append(spark_stage(stage, D2, f"{stage}.log"))

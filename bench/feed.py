@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import ROOT, provenance
+from jobs.common import ledger
 from jobs.common.storage import Storage
 from jobs.serving import published
 from jobs.serving.reader import FeedReader
@@ -48,7 +49,7 @@ def build(base: Path, scale: float) -> tuple[str, dict[str, Any]]:
         t = time.perf_counter()
         generate(Storage.at(str(landing)), DAY, 1, scaled(PROFILES["ff2010"], scale), seed=SEED)
         took["generate_s"] = round(time.perf_counter() - t, 1)
-    if not (wh / "manifests" / f"ds={DAY}" / "_SUCCESS").exists():
+    if not ledger.is_published(Storage.at(str(wh)), DAY):
         config = base / "feedpipe.toml"
         config.write_text(
             f'landing = "{landing}"\nwarehouse = "{wh}"\n'

@@ -16,11 +16,12 @@ import pendulum
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Asset
 
+from jobs.common.config import DEFAULT_WAREHOUSE
 from jobs.common.pipeline import PUBLISHED_ASSET, published_asset_uri
 
 PUBLISHED_FEEDS = Asset(
     name=PUBLISHED_ASSET,
-    uri=published_asset_uri(os.environ.get("FEEDPIPE_WAREHOUSE") or "var/warehouse"),
+    uri=published_asset_uri(os.environ.get("FEEDPIPE_WAREHOUSE") or DEFAULT_WAREHOUSE),
 )
 
 

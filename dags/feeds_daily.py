@@ -40,11 +40,10 @@ from airflow.sdk import DAG, Asset, Param
 
 # the stage order, the task ids and the strategies have one home each in the package (which
 # imports only the standard library here)
-from jobs.common.config import STRATEGIES
+from jobs.common.config import DEFAULT_WAREHOUSE, STRATEGIES, driver_memory
 from jobs.common.pipeline import (
     PUBLISHED_ASSET,
-    STAGES,
-    TASK_IDS,
+    REGISTRY,
     WAIT_TASK_ID,
     published_asset_uri,
 )
@@ -53,7 +52,7 @@ STRATEGY_CHOICES = [None, "auto", *STRATEGIES]
 
 PUBLISHED_FEEDS = Asset(
     name=PUBLISHED_ASSET,
-    uri=published_asset_uri(os.environ.get("FEEDPIPE_WAREHOUSE") or "var/warehouse"),
+    uri=published_asset_uri(os.environ.get("FEEDPIPE_WAREHOUSE") or DEFAULT_WAREHOUSE),
 )
 """Updated by ``publish_day`` each time a day is published (a refused or gated day fails its
 task and updates nothing): schedule a downstream DAG on it."""
@@ -173,22 +172,22 @@ with DAG(
         timeout=60 * float(os.environ.get("FEEDPIPE_LANDING_TIMEOUT_MINUTES", "720")),
         retries=0,  # a timeout is final: the day's landing did not arrive in time
     )
-    for stage in STAGES:
-        args = [stage, "--ds", "{{ ds }}"]
-        if stage == "materialize":  # the param as the stage's flag, one way or the other
+    for stage in REGISTRY:
+        args = [stage.name, "--ds", "{{ ds }}"]
+        if "full_refresh" in stage.options:  # the param as the stage's flag, either way
             args.append("{{ '--full-refresh' if params.full_refresh else '--no-full-refresh' }}")
         task = SparkSubmitOperator(
-            task_id=TASK_IDS[stage],
+            task_id=stage.task_id,
             conn_id="feedpipe_spark",
             application=_entry_point(),
             application_args=args,
-            name=f"feedpipe-{stage}-{{{{ ds }}}}",
-            driver_memory=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
+            name=f"feedpipe-{stage.name}-{{{{ ds }}}}",
+            driver_memory=driver_memory(),
             jars=_s3a_jars(),
             conf=_driver_conf(),
             env_vars=_stage_env(),
-            retries=0 if stage == "validate" else 2,  # a failed expectation is not transient
-            outlets=[PUBLISHED_FEEDS] if stage == "publish" else [],
+            retries=2 if stage.retried else 0,  # a failed expectation is not transient
+            outlets=[PUBLISHED_FEEDS] if stage.name == "publish" else [],
         )
         previous >> task
         previous = task

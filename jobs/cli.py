@@ -14,11 +14,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-from jobs.common.config import STRATEGIES, ConfigError, Settings, load_settings
-from jobs.common.pipeline import DESCRIPTIONS, STAGES, in_order
+from jobs.common.config import STRATEGIES, ConfigError, Settings, driver_memory, load_settings
+from jobs.common.errors import FeedpipeError
+from jobs.common.pipeline import REGISTRY, in_order
 
 log = logging.getLogger("feedpipe")
 
@@ -108,7 +109,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, usage_error(self.prog, message))
 
 
-class UsageError(Exception):
+class UsageError(FeedpipeError):
     """Options that parse but do not go together: reported like a parser's usage error."""
 
 
@@ -160,16 +161,22 @@ def _options_parent(verb: str) -> argparse.ArgumentParser:
     return p
 
 
+Command = Callable[[argparse.Namespace, Settings], int]
+"""A verb's command: its arguments and the settings it reads -> the exit status."""
+
+
 class Verbs:
     """The subcommands: each added with the options of the settings it reads."""
 
     def __init__(self, parser: argparse.ArgumentParser):
         self.sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def add(self, verb: str, text: str) -> argparse.ArgumentParser:
+    def add(self, verb: str, text: str, command: Command) -> argparse.ArgumentParser:
+        """The verb's parser; ``command`` runs it (``args.command``)."""
         p: argparse.ArgumentParser = self.sub.add_parser(
             verb, parents=[_options_parent(verb)], help=text, description=text[0].upper() + text[1:]
         )
+        p.set_defaults(command=command)
         return p
 
 
@@ -192,9 +199,10 @@ def _full_refresh(p: argparse.ArgumentParser) -> None:
 
 
 def _add_generate(verbs: Verbs) -> None:
-    from jobs.workloads.generate import FORMATS, PROFILES
+    from jobs.workloads.generate import PROFILES
+    from jobs.workloads.landing import FORMATS
 
-    g = verbs.add("generate", "write a synthetic workload in the landing layout")
+    g = verbs.add("generate", "write a synthetic workload in the landing layout", cmd_generate)
     g.add_argument("--out", required=True, metavar="ROOT", help="landing root to write")
     g.add_argument("--start", required=True, type=_date, metavar=DAY, help="first day")
     g.add_argument("--days", type=int, default=1, metavar="N", help="number of days (default 1)")
@@ -253,7 +261,7 @@ def _add_generate(verbs: Verbs) -> None:
 def _add_import(verbs: Verbs) -> None:
     from jobs.workloads.generate import PROFILES
 
-    imp = verbs.add("import", "a real data set into the landing layout")
+    imp = verbs.add("import", "a real data set into the landing layout", cmd_import)
     imp.add_argument("name", choices=("snap-edges", "higgs"), help="importer")
     imp.add_argument(
         "--src", required=True, metavar="PATH", help="the edge list (snap-edges) or folder (higgs)"
@@ -294,18 +302,22 @@ def _add_import(verbs: Verbs) -> None:
 
 
 def _add_pipeline(verbs: Verbs) -> None:
-    for stage in STAGES:
-        sp = verbs.add(stage, DESCRIPTIONS[stage])
+    for stage in REGISTRY:
+        sp = verbs.add(stage.name, stage.description, cmd_stage)
         _ds(sp, "the logical date: the day to run", required=True)
-        if stage == "materialize":
+        if "full_refresh" in stage.options:
             _full_refresh(sp)
-    r = verbs.add("run", "all stages for one day, in one Spark application")
+    r = verbs.add("run", "all stages for one day, in one Spark application", cmd_run)
     _ds(r, "the logical date: the day to run", required=True)
     _full_refresh(r)
     r.add_argument(
         "--stages", type=_stages, metavar="LIST", help="a comma-separated subset, e.g. ingest,rates"
     )
-    b = verbs.add("backfill", "all stages for each day of a range, in order, one Spark application")
+    b = verbs.add(
+        "backfill",
+        "all stages for each day of a range, in order, one Spark application",
+        cmd_backfill,
+    )
     _day_range(b, "first day to run", "last day to run (included)")
     _full_refresh(b)
     b.add_argument(
@@ -314,7 +326,7 @@ def _add_pipeline(verbs: Verbs) -> None:
 
 
 def _add_feed(verbs: Verbs) -> None:
-    f = verbs.add("feed", "print assembled feeds of published days (no Spark)")
+    f = verbs.add("feed", "print assembled feeds of published days (no Spark)", cmd_feed)
     who = f.add_mutually_exclusive_group(required=True)
     who.add_argument("--consumer", metavar="ID", help="one consumer id")
     who.add_argument("--consumers", metavar="FILE", help="a file with one consumer id per line")
@@ -350,7 +362,9 @@ def _add_feed(verbs: Verbs) -> None:
 
 
 def _add_tables(verbs: Verbs) -> None:
-    tb = verbs.add("tables", "where each published table of each day is (what queries read)")
+    tb = verbs.add(
+        "tables", "where each published table of each day is (what queries read)", cmd_tables
+    )
     tb.add_argument(
         "table",
         nargs="?",
@@ -377,6 +391,7 @@ def _add_catalog(verbs: Verbs) -> None:
         "catalog",
         "the published tables by name: print the statements that register them (Spark SQL or "
         "Hive), run them in a Spark catalog, or rewrite the DuckDB database of views",
+        cmd_catalog,
     )
     cg.add_argument(
         "--dialect",
@@ -407,7 +422,7 @@ def _add_catalog(verbs: Verbs) -> None:
 
 
 def _add_report(verbs: Verbs) -> None:
-    rep = verbs.add("report", "print a published day's plan cost report")
+    rep = verbs.add("report", "print a published day's plan cost report", cmd_report)
     _ds(rep, "the day (default: the latest published day)")
     rep.add_argument(
         "--html",
@@ -426,6 +441,7 @@ def _add_evaluate(verbs: Verbs) -> None:
         "evaluate",
         "replay every strategy's plan of each day on the next day: realized against "
         "predicted cost (eval/replay); or, with --experiment, reproduce a paper's experiment",
+        cmd_evaluate,
     )
     _day_range(rp, "first day to replay", "last day to replay", required=False)
     rp.add_argument(
@@ -457,13 +473,16 @@ def _add_evaluate(verbs: Verbs) -> None:
         "evaluate-rates",
         "score each rate estimator's forecasts against the next day's events and views "
         "(eval/rates)",
+        cmd_evaluate_rates,
     )
     _day_range(ev, "first day whose forecasts are scored", "last day whose forecasts are scored")
 
 
 def _add_service(verbs: Verbs) -> None:
     cs = verbs.add(
-        "connect-server", "a long-lived Spark Connect server for the stages (their spark_remote)"
+        "connect-server",
+        "a long-lived Spark Connect server for the stages (their spark_remote)",
+        cmd_connect_server,
     )
     cs.add_argument(
         "--host", default="127.0.0.1", metavar="ADDRESS", help="address to listen on (127.0.0.1)"
@@ -471,11 +490,11 @@ def _add_service(verbs: Verbs) -> None:
     cs.add_argument("--port", type=int, default=15002, metavar="N", help="port (15002)")
     cs.add_argument(
         "--driver-memory",
-        default=os.environ.get("FEEDPIPE_DRIVER_MEMORY", "3g"),
+        default=driver_memory(),
         metavar="SIZE",
         help="the server's JVM heap ($FEEDPIPE_DRIVER_MEMORY, else 3g)",
     )
-    verbs.add("config", "print the effective configuration")
+    verbs.add("config", "print the effective configuration", cmd_config)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -753,75 +772,52 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_pipeline(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_stage(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.stages import runner
 
-    result: Any
-    if args.verb == "run":
-        result = runner.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
-    elif args.verb == "backfill":
-        result = runner.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
-    else:
-        result = runner.run_stage(
-            args.verb, settings, args.ds, full_refresh=getattr(args, "full_refresh", False)
-        )
+    refresh = getattr(args, "full_refresh", False)  # a stage with the option has the flag
+    result = runner.run_stage(args.verb, settings, args.ds, full_refresh=refresh)
     print(json.dumps(result, indent=2, default=str))
     return 0
 
 
-COMMANDS = {
-    "generate": cmd_generate,
-    "import": cmd_import,
-    "feed": cmd_feed,
-    "tables": cmd_tables,
-    "catalog": cmd_catalog,
-    "report": cmd_report,
-    "evaluate": cmd_evaluate,
-    "evaluate-rates": cmd_evaluate_rates,
-    "connect-server": cmd_connect_server,
-    "config": cmd_config,
-}
-"""Each verb's command; the others (a stage, ``run``, ``backfill``) run the pipeline."""
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.stages import runner
+
+    result = runner.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.stages import runner
+
+    result = runner.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
 
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the verb; a verb that reads no settings is not handed the environment's."""
     names = VERB_SETTINGS.get(args.verb, ALL_SETTINGS)
     settings = settings_from(args) if names else Settings()
-    return COMMANDS.get(args.verb, cmd_pipeline)(args, settings)
+    command: Command = args.command
+    return command(args, settings)
 
 
 def one_line(exc: BaseException) -> str:
     return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
-def known_errors() -> tuple[type[BaseException], ...]:
-    from jobs.common.pointers import PublishFailed
-    from jobs.common.readiness import LandingNotReady
-    from jobs.common.storage import StorageError
-    from jobs.common.tables import ContractError
-    from jobs.common.versions import LegacyLayout
-    from jobs.serving.reader import FeedError
-    from jobs.stages.publish import PublishRefused
-    from jobs.stages.validate import ValidationFailed
-    from jobs.workloads.importers import SourceError
-
-    return (
-        ConfigError,
-        ContractError,
-        LandingNotReady,
-        LegacyLayout,
-        StorageError,
-        SourceError,
-        PublishRefused,
-        PublishFailed,
-        FeedError,
-        ValidationFailed,
-        FileNotFoundError,
-        IsADirectoryError,
-        NotADirectoryError,
-        PermissionError,
-    )
+KNOWN_ERRORS: tuple[type[BaseException], ...] = (
+    FeedpipeError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+"""What the command line says in one line (``jobs.common.errors``; and a path that is not
+there, or not readable); anything else is a defect and keeps its traceback."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -841,7 +837,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         sys.stderr.write(usage_error(f"feedpipe {args.verb}", one_line(exc)))
         return 2
-    except known_errors() as exc:
+    except KNOWN_ERRORS as exc:
         print(f"feedpipe: error: {one_line(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader of the output went away (`| head`): stop quietly

@@ -171,5 +171,5 @@ def topics_copy(topics_built, tmp_path):
     from support.once import private_copy
 
     return dataclasses.replace(
-        topics_built, warehouse=str(private_copy(topics_built.warehouse, tmp_path / "wh"))
+        topics_built, warehouse=str(private_copy(topics_built.warehouse, tmp_path / "topics-wh"))
     )

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jobs.common.config import parse_bool
+
 TRAINING = """
 import sys, tempfile
 import pandas as pd
@@ -86,7 +88,7 @@ def archive_path(release: str | None = None) -> Path:
 
 def current_archive() -> Path | None:
     """The archive drivers should map, if there is one (no JVM is started to find it)."""
-    if os.environ.get("FEEDPIPE_CDS", "").lower() in ("off", "0", "false", "no"):
+    if not parse_bool(os.environ.get("FEEDPIPE_CDS") or "on", "FEEDPIPE_CDS"):
         return None
     folder = archive_dir()
     if not folder.is_dir():

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.common.errors import FeedpipeError
 from jobs.common.pipeline import LANDING_TABLES
 
 STRATEGIES: tuple[str, ...] = (
-    "push-all",
+    "push-all",  # PURE_STRATEGIES, below
     "pull-all",
     "ff-per-pair",
     "ff-consumer",
@@ -31,6 +32,9 @@ STRATEGIES: tuple[str, ...] = (
     "cz-lp",
 )
 """Strategies this release computes; ``auto`` serves the cheapest of the enabled ones."""
+
+PURE_STRATEGIES: tuple[str, ...] = ("push-all", "pull-all")
+"""The two pure strategies: every edge pushed, every edge pulled (the cost gate's baselines)."""
 
 SHARED_VIEW_STRATEGIES = (
     "cz-greedy",
@@ -73,8 +77,38 @@ gates (edges removed, edges added)."""
 LATENCY_METRICS = ("sources", "pulls")
 
 
-class ConfigError(ValueError):
+class ConfigError(FeedpipeError, ValueError):
     """A setting is missing, malformed or out of range."""
+
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off", ""})
+
+
+def parse_bool(value: object, name: str = "value") -> bool:
+    """A setting's or a variable's on/off value (``true``/``false``, ``1``/``0``, ``yes``/
+    ``no``, ``on``/``off``, any case; empty is off); anything else is a :class:`ConfigError`
+    naming ``name``."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ConfigError(f"{name}: not true or false: {value!r}")
+
+
+DRIVER_MEMORY = "3g"
+"""The driver's heap when ``FEEDPIPE_DRIVER_MEMORY`` does not say (stages, the DAG's
+``spark-submit``, the Connect server, the bench)."""
+
+
+def driver_memory() -> str:
+    """``FEEDPIPE_DRIVER_MEMORY``, else :data:`DRIVER_MEMORY`."""
+    return os.environ.get("FEEDPIPE_DRIVER_MEMORY") or DRIVER_MEMORY
+
+
+DEFAULT_WAREHOUSE = "var/warehouse"
+"""The warehouse when no setting names one (relative to the working directory)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +116,7 @@ class Settings:
     """Effective configuration of one run. Field names map to ``FEEDPIPE_<NAME>``."""
 
     landing: str = "var/landing"
-    warehouse: str = "var/warehouse"
+    warehouse: str = DEFAULT_WAREHOUSE
     spark_master: str = "local[*]"
     spark_remote: str = ""
     """``sc://host:port`` of a long-lived Spark Connect server (``feedpipe connect-server``):
@@ -349,7 +383,7 @@ def _coerce(name: str, value: Any) -> Any:
                 return {k.strip(): v.strip() for k, v in pairs}
             return {str(k): str(v) for k, v in dict(value).items()}
         if isinstance(default, bool):
-            return str(value).lower() in {"1", "true", "yes", "on"}
+            return parse_bool(value, name)
         if isinstance(default, int):
             return int(value)
         if isinstance(default, float):

@@ -1,16 +1,18 @@
-"""The pipeline's stages: their order, their Airflow task ids and what each does.
+"""The pipeline's stages, each declared once (:data:`REGISTRY`): its order, Airflow task id,
+description, entry point, whether it needs Spark, and the tables it reads and writes.
 
-The one place these are declared: the runner, the command line, the DAG, the benchmarks and
-the tests import them. Only the standard library is imported here, so the DAG file can read
-them when Airflow parses it.
+The runner, the command line, the DAG, the benchmarks, the docs' lineage table and the tests
+read it. Only the standard library is imported here, so the DAG file can read it when Airflow
+parses it; a stage's module is imported when the stage runs.
 """
 
 from __future__ import annotations
 
 import os
-
-STAGES: tuple[str, ...] = ("ingest", "rates", "plan", "materialize", "validate", "publish")
-"""The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages")."""
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, cast
 
 LANDING_TABLES: tuple[str, ...] = ("follows", "events", "views")
 """The landing tables ``ingest`` reads, each into ``clean/<table>`` and ``quarantine/<table>``."""
@@ -36,38 +38,191 @@ def published_asset_uri(warehouse: str) -> str:
     return f"file://{os.path.abspath(warehouse)}/manifests"
 
 
-SPARK_STAGES: tuple[str, ...] = STAGES[:-1]
-"""The stages that need a Spark session (``publish`` reads Parquet footers only)."""
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a day, declared once: the runner, the command line, the DAG, the bench,
+    the docs' lineage table and the tests read it.
 
-TASK_IDS: dict[str, str] = {
-    "ingest": "ingest_landing",
-    "rates": "estimate_rates",
-    "plan": "plan_views",
-    "materialize": "materialize_feeds",
-    "validate": "validate_tables",
-    "publish": "publish_day",
-}
+    ``reads``, ``earlier`` and ``writes`` name tables as ``layer/table`` (``landing/<table>``:
+    the landing files): the tables it reads of its own day, those it reads of earlier days
+    (the previous graph, the trailing window, the previous feeds) and those it writes. The
+    runner refuses a run that reads or writes a table the stage does not declare
+    (:func:`jobs.stages.runner.undeclared`)."""
+
+    name: str
+    task_id: str
+    """The task id in the ``feeds_daily`` DAG (``verb_object``); Airflow history keys on it."""
+    description: str
+    """One line, for ``feedpipe STAGE --help`` and the docs."""
+    run: str
+    """``module:function`` of the stage's entry point, imported when the stage runs (the DAG
+    file reads this module at parse time and must not import Spark)."""
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    earlier: tuple[str, ...] = ()
+    spark: bool = True
+    """Whether it needs a Spark session (``publish`` reads Parquet footers only)."""
+    reports: bool = False
+    """Whether the day's report (``reports/ds=D/index.html``) is written again after it."""
+    recorded: bool = True
+    """Whether it leaves a record in the day's ledger (``publish`` leaves the manifest)."""
+    options: tuple[str, ...] = ()
+    """The run options it takes beyond the day (``full_refresh``)."""
+    retried: bool = True
+    """Whether the DAG retries a failed task (a failed expectation is not transient)."""
+
+    @property
+    def landing(self) -> tuple[str, ...]:
+        """The landing tables it reads (the runner checks they have arrived first)."""
+        return tuple(t.split("/", 1)[1] for t in self.reads if t.startswith("landing/"))
+
+    def entry(self) -> Callable[..., dict[str, Any]]:
+        module, function = self.run.split(":")
+        return cast("Callable[..., dict[str, Any]]", getattr(import_module(module), function))
+
+
+_CLEAN = ("clean/follows", "clean/events", "clean/views", "clean/topics", "clean/topic_events")
+_COUNTS = ("clean/event_counts", "clean/view_counts")
+_RATES = ("rates/producer_rates", "rates/consumer_rates")
+_PLAN = ("plan/edge_plan", "plan/views", "plan/view_members", "plan/consumer_sources")
+_FEEDS = ("feeds/producer_feed", "feeds/view_feed", "feeds/consumer_feed", "feeds/event_store")
+_QUARANTINE = tuple(f"quarantine/{t}" for t in (*LANDING_TABLES, "topics"))
+
+REGISTRY: tuple[Stage, ...] = (
+    Stage(
+        "ingest",
+        "ingest_landing",
+        "landing files of one day -> clean tables + quarantine",
+        "jobs.stages.ingest:run",
+        reads=tuple(f"landing/{t}" for t in (*LANDING_TABLES, "topics")),
+        # the graph a change log applies to, the topics in force, the events already shown
+        earlier=("clean/follows", "clean/topics", "feeds/producer_feed"),
+        writes=(*_CLEAN, *_COUNTS, *_QUARANTINE),
+    ),
+    Stage(
+        "rates",
+        "estimate_rates",
+        "producer and consumer rates over the trailing window",
+        "jobs.stages.rates:run",
+        # a day ingested without its counts is counted from its clean rows
+        reads=("clean/follows", *_COUNTS, "clean/events", "clean/views"),
+        earlier=(*_COUNTS, "clean/events", "clean/views", *_RATES),
+        writes=_RATES,
+    ),
+    Stage(
+        "plan",
+        "plan_views",
+        "cost every strategy, serve one: edge plan, sources, views",
+        "jobs.stages.plan:run",
+        reads=("clean/follows", *_RATES),
+        earlier=("plan/edge_plan",),  # the current plan, for the hysteresis band
+        writes=(*_PLAN, "plan/plan_cost"),
+        reports=True,
+    ),
+    Stage(
+        "materialize",
+        "materialize_feeds",
+        "producer, view and consumer feeds as of the end of the day",
+        "jobs.stages.materialize:run",
+        reads=("clean/events", "clean/topic_events", "plan/edge_plan", "plan/view_members"),
+        # incremental: the previous feeds and plan; in full: every day's events
+        earlier=(
+            "feeds/producer_feed",
+            "feeds/consumer_feed",
+            "feeds/event_store",
+            "plan/edge_plan",
+            "clean/events",
+            "clean/topic_events",
+        ),
+        writes=_FEEDS,
+        reports=True,
+        options=("full_refresh",),
+    ),
+    Stage(
+        "validate",
+        "validate_tables",
+        "Great Expectations suites over the day's tables",
+        "jobs.stages.validate:run",
+        reads=(
+            *_CLEAN,
+            *_COUNTS,
+            *_QUARANTINE[: len(LANDING_TABLES)],  # the row accounting of the landing tables
+            *_RATES,
+            "plan/edge_plan",
+            "plan/plan_cost",
+            *_FEEDS,
+        ),
+        writes=(),
+        reports=True,
+        retried=False,
+    ),
+    Stage(
+        "publish",
+        "publish_day",
+        "write the manifest and mark the day complete",
+        "jobs.stages.publish:run",
+        reads=(*_CLEAN, *_QUARANTINE, *_RATES, *_PLAN, "plan/plan_cost", *_FEEDS),
+        writes=(),
+        spark=False,
+        reports=True,
+        recorded=False,
+    ),
+)
+"""The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages")."""
+
+STAGES: tuple[str, ...] = tuple(s.name for s in REGISTRY)
+SPARK_STAGES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.spark)
+TASK_IDS: dict[str, str] = {s.name: s.task_id for s in REGISTRY}
 """Each stage's task id in the ``feeds_daily`` DAG (``verb_object``)."""
 
-DESCRIPTIONS: dict[str, str] = {
-    "ingest": "landing files of one day -> clean tables + quarantine",
-    "rates": "producer and consumer rates over the trailing window",
-    "plan": "cost every strategy, serve one: edge plan, sources, views",
-    "materialize": "producer, view and consumer feeds as of the end of the day",
-    "validate": "Great Expectations suites over the day's tables",
-    "publish": "write the manifest and mark the day complete",
-}
-"""One line per stage, for ``feedpipe STAGE --help``."""
 
-REPORTED: tuple[str, ...] = ("plan", "materialize", "validate", "publish")
-"""Stages after which the day's report (``reports/ds=D/index.html``) is written again."""
+def stage(name: str) -> Stage:
+    """The stage called ``name``; an unknown name is an error."""
+    for s in REGISTRY:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
 
 
-def stages_from(stage: str) -> tuple[str, ...]:
-    """``stage`` and the stages after it: what a run of ``stage`` makes out of date."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
-    return STAGES[STAGES.index(stage) :]
+@dataclass(frozen=True)
+class Lineage:
+    """Who writes one table and who reads it, of the same day and of later days."""
+
+    writer: str
+    """The stage that writes it, or ``landing`` (the landing files)."""
+    readers: tuple[str, ...]
+    later: tuple[str, ...]
+    """The stages that read it of an earlier day than their own."""
+
+
+def lineage() -> dict[str, Lineage]:
+    """Every table a stage reads or writes, ``layer/table`` -> its :class:`Lineage`."""
+    tables = sorted({t for s in REGISTRY for t in (*s.reads, *s.earlier, *s.writes)})
+    writer = {t: s.name for s in REGISTRY for t in s.writes}
+    return {
+        t: Lineage(
+            writer.get(t, "landing"),
+            tuple(s.name for s in REGISTRY if t in s.reads),
+            tuple(s.name for s in REGISTRY if t in s.earlier),
+        )
+        for t in tables
+    }
+
+
+def lineage_table() -> str:
+    """:func:`lineage` as the Markdown table of docs/architecture.md, "Lineage"."""
+    rows = ["| table | written by | read by (same day) | read by (a later day) |"]
+    rows.append("|---|---|---|---|")
+    for table, line in lineage().items():
+        readers = ", ".join(f"`{r}`" for r in line.readers)
+        later = ", ".join(f"`{r}`" for r in line.later)
+        rows.append(f"| `{table}` | `{line.writer}` | {readers} | {later} |")
+    return "\n".join(rows) + "\n"
+
+
+def stages_from(name: str) -> tuple[str, ...]:
+    """``name`` and the stages after it: what a run of stage ``name`` makes out of date."""
+    return STAGES[STAGES.index(stage(name).name) :]
 
 
 def in_order(chosen: tuple[str, ...]) -> tuple[str, ...]:

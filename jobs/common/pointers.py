@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from jobs.common.storage import ds_dir, s3_endpoint, s3_region
+from jobs.common.errors import FeedpipeError
+from jobs.common.storage import S3Access, ds_dir
 
 LATEST_POINTER = "latest"
 
 POINTER_VERSION = 1
 
 
-class PublishFailed(RuntimeError):
+class PublishFailed(FeedpipeError, RuntimeError):
     """Copying the day to the publish target did not complete; the pointers did not move."""
 
 
@@ -49,7 +50,8 @@ def client() -> Any:
     """A boto3 S3 client for ``FEEDPIPE_S3_ENDPOINT`` (or ``AWS_ENDPOINT_URL``; AWS if unset)."""
     import boto3
 
-    return boto3.client("s3", endpoint_url=s3_endpoint(), region_name=s3_region())
+    access = S3Access.from_env()  # keys: boto3's own chain reads the same variables
+    return boto3.client("s3", endpoint_url=access.endpoint, region_name=access.region)
 
 
 def _missing(exc: Exception) -> bool:

@@ -17,11 +17,12 @@ from __future__ import annotations
 import datetime as dt
 
 from jobs.common.config import Settings
+from jobs.common.errors import FeedpipeError
 from jobs.common.pipeline import LANDING_TABLES, REQUIRED_LANDING
 from jobs.common.storage import Storage, ds_dir
 
 
-class LandingNotReady(RuntimeError):
+class LandingNotReady(FeedpipeError, RuntimeError):
     """A required landing folder (or its marker) of the day is missing."""
 
 

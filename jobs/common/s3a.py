@@ -11,6 +11,7 @@ Hadoop version instead (``FEEDPIPE_S3A_JARS``, comma-separated paths; see docs/s
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -20,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from jobs.common.storage import s3_endpoint, s3_region
+from jobs.common.storage import S3Access
 
 PACKAGE, VERSION = "sagemaker-pyspark", "1.4.5"
 SHA256 = "05ca2d5081d7138ce29a8fb0a9cba077f28c825288ed07aed46a82e63c0bf1fb"
@@ -44,7 +45,9 @@ def s3a_conf(endpoint: str | None = None) -> dict[str, str]:
 
     Hadoop 3.3's defaults for these timeouts are strings with units ("60s") that Spark 4's
     Hadoop 3.4 client cannot read from the older jar: plain numbers are given instead."""
-    endpoint = endpoint or s3_endpoint()
+    access = S3Access.from_env()
+    if endpoint:
+        access = dataclasses.replace(access, endpoint=endpoint)
     conf = {
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "spark.hadoop.fs.s3a.threads.keepalivetime": "60",
@@ -56,21 +59,7 @@ def s3a_conf(endpoint: str | None = None) -> dict[str, str]:
         "spark.hadoop.fs.s3a.connection.idle.time": "60000",
         "spark.hadoop.fs.s3a.connection.acquisition.timeout": "60000",
     }
-    if endpoint:
-        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
-        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
-        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
-            endpoint.startswith("https")
-        ).lower()
-    region = s3_region()
-    if region:
-        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        conf["spark.hadoop.fs.s3a.access.key"] = os.environ["AWS_ACCESS_KEY_ID"]
-        conf["spark.hadoop.fs.s3a.secret.key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
-        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
-            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-        )
+    conf.update(access.hadoop_options())
     jars = jar_paths()
     if jars:
         conf["spark.jars"] = ",".join(jars)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
-from jobs.common.config import Settings
+from jobs.common.config import DRIVER_MEMORY, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,7 +31,7 @@ def spark_defaults(settings: Settings) -> dict[str, str]:
         "spark.sql.parquet.compression.codec": "zstd",
         # readers outside Spark (pyarrow, DuckDB, pandas) get UTC-adjusted timestamps
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.driver.memory": "3g",
+        "spark.driver.memory": DRIVER_MEMORY,
         "spark.ui.enabled": "false",
         "spark.log.level": "WARN",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

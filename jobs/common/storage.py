@@ -17,38 +17,77 @@ from urllib.parse import urlparse
 
 from pyarrow import fs as pafs
 
+from jobs.common.errors import FeedpipeError
+
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 
-class StorageError(RuntimeError):
+class StorageError(FeedpipeError, RuntimeError):
     """A storage location cannot be used (missing, wrong scheme, unreadable)."""
 
 
-def s3_endpoint() -> str | None:
-    """The S3 endpoint every client uses: ``FEEDPIPE_S3_ENDPOINT``, else ``AWS_ENDPOINT_URL``;
-    None for AWS itself."""
-    return os.environ.get("FEEDPIPE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
+@dataclass(frozen=True)
+class S3Access:
+    """Where S3 is and who we are there, from the environment, for every client: pyarrow's
+    (:class:`Storage`), boto3's (``publish_to``) and Spark's S3A (``jobs.common.s3a``).
 
+    ``FEEDPIPE_S3_ENDPOINT``, else ``AWS_ENDPOINT_URL`` (None: AWS itself); ``AWS_REGION``,
+    else ``AWS_DEFAULT_REGION``; ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` (None:
+    each client's own credential chain)."""
 
-def s3_region() -> str | None:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    endpoint: str | None
+    region: str | None
+    access_key: str | None
+    secret_key: str
+
+    @classmethod
+    def from_env(cls) -> S3Access:
+        env = os.environ
+        return cls(
+            endpoint=env.get("FEEDPIPE_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=env.get("AWS_SECRET_ACCESS_KEY", ""),
+        )
+
+    def pyarrow_options(self) -> dict[str, str]:
+        """Keyword arguments of ``pyarrow.fs.S3FileSystem``."""
+        kwargs: dict[str, str] = {}
+        if self.endpoint:
+            parsed = urlparse(
+                self.endpoint if "://" in self.endpoint else f"http://{self.endpoint}"
+            )
+            kwargs["endpoint_override"] = parsed.netloc
+            kwargs["scheme"] = parsed.scheme or "http"
+        if self.region:
+            kwargs["region"] = self.region
+        if self.access_key:
+            kwargs["access_key"] = self.access_key
+            kwargs["secret_key"] = self.secret_key
+        return kwargs
+
+    def hadoop_options(self) -> dict[str, str]:
+        """Spark settings of S3A's endpoint, region and keys."""
+        conf: dict[str, str] = {}
+        prefix = "spark.hadoop.fs.s3a."
+        if self.endpoint:
+            conf[prefix + "endpoint"] = self.endpoint
+            conf[prefix + "path.style.access"] = "true"
+            conf[prefix + "connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
+        if self.region:
+            conf[prefix + "endpoint.region"] = self.region
+        if self.access_key:
+            conf[prefix + "access.key"] = self.access_key
+            conf[prefix + "secret.key"] = self.secret_key
+            conf[prefix + "aws.credentials.provider"] = (
+                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+            )
+        return conf
 
 
 def _s3_filesystem() -> pafs.FileSystem:
-    endpoint = s3_endpoint()
-    kwargs: dict[str, object] = {}
-    if endpoint:
-        parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
-        kwargs["endpoint_override"] = parsed.netloc
-        kwargs["scheme"] = parsed.scheme or "http"
-    region = s3_region()
-    if region:
-        kwargs["region"] = region
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        kwargs["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
-        kwargs["secret_key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
-    return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
+    return pafs.S3FileSystem(**S3Access.from_env().pyarrow_options())  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

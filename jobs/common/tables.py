@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.common import versions
+from jobs.common.errors import FeedpipeError
 from jobs.common.spark import job_description
 from jobs.common.storage import Storage
 
@@ -56,7 +57,7 @@ PUBLISHED_TABLES: tuple[tuple[str, str], ...] = (
 one, counts them in the manifest and copies them to ``publish_to``."""
 
 
-class ContractError(ValueError):
+class ContractError(FeedpipeError, ValueError):
     """A frame or file does not match its table contract."""
 
 
@@ -320,6 +321,7 @@ def read_partition(
 ) -> DataFrame:
     """One partition with the contract's schema (no ``ds`` column)."""
     where = located(storage, c, ds, table)
+    versions.note_read(c.ref(table), ds)
     if where is None:
         raise FileNotFoundError(
             f"{c.ref(table)} has no partition {ds} in {storage.uri()}: "
@@ -334,8 +336,11 @@ def read_partitions(
     """Several partitions (those that exist), with a ``ds`` date column."""
     from pyspark.sql import functions as F
 
-    found = [located(storage, c, d) for d in days]
-    paths = [storage.spark_path(*where) for where in found if where is not None]
+    found = [(d, located(storage, c, d)) for d in days]
+    paths = [storage.spark_path(*where) for d, where in found if where is not None]
+    for d, where in found:
+        if where is not None:
+            versions.note_read(c.ref(), d)
     if not paths:
         return spark.createDataFrame([], c.schema()).withColumn("ds", F.lit(None).cast("date"))
     return (

@@ -38,22 +38,18 @@ from typing import Any
 from pyarrow import fs as pafs
 
 from jobs.common import ledger
-from jobs.common.pipeline import STAGES
+from jobs.common.errors import FeedpipeError
+from jobs.common.pipeline import REGISTRY
 from jobs.common.storage import Storage, ds_dir
 
 RUN_PREFIX = "run="
 
-OWNER: dict[str, str] = {
-    "clean": "ingest",
-    "quarantine": "ingest",
-    "rates": "rates",
-    "plan": "plan",
-    "feeds": "materialize",
-}
-"""The stage whose record names the working version of each layer's tables."""
+OWNER: dict[str, str] = {t.split("/")[0]: s.name for s in REGISTRY for t in s.writes}
+"""The stage whose record names the working version of each layer's tables (the stage that
+writes them: one per layer)."""
 
 
-class LegacyLayout(RuntimeError):
+class LegacyLayout(FeedpipeError, RuntimeError):
     """A day written by a feedpipe that did not version its tables."""
 
 
@@ -64,12 +60,16 @@ def new_run_id() -> str:
 
 @dataclass
 class Run:
-    """The run of one stage for one day: the folder name its writes go to, and what it wrote
-    (``layer/table`` -> ``run=<id>``), which the runner puts in the stage's record."""
+    """The run of one stage for one day: the folder name its writes go to, what it wrote
+    (``layer/table`` -> ``run=<id>``), which the runner puts in the stage's record, and the
+    tables whose rows it read (:func:`note_read`), of its own day (``inputs``; its own outputs
+    read back are not counted) and of earlier days (``earlier``)."""
 
     ds: dt.date
     id: str = field(default_factory=new_run_id)
     outputs: dict[str, str] = field(default_factory=dict)
+    inputs: set[str] = field(default_factory=set)
+    earlier: set[str] = field(default_factory=set)
 
     @property
     def folder(self) -> str:
@@ -92,6 +92,15 @@ def stage_run(ds: dt.date) -> Iterator[Run]:
 
 def current() -> Run | None:
     return _CURRENT.get()
+
+
+def note_read(key: str, ds: dt.date) -> None:
+    """The running stage reads table ``key`` of day ``ds`` (its rows, not whether it is there
+    or its files' footers): kept in its run's ``inputs`` or ``earlier``."""
+    run = current()
+    if run is None or (ds == run.ds and key in run.outputs):
+        return
+    (run.inputs if ds == run.ds else run.earlier).add(key)
 
 
 def table_key(layer: str, table: str) -> str:
@@ -250,4 +259,4 @@ def drop_older(wh: Storage, key: str, ds: dt.date, folder: str) -> None:
 def missing_records(wh: Storage, ds: dt.date) -> list[str]:
     """The stages before ``publish`` that have no record for the day (not run, or withdrawn
     because an earlier stage ran again since)."""
-    return [s for s in STAGES[:-1] if ledger.read_record(wh, ds, s) is None]
+    return [s.name for s in REGISTRY if s.recorded and ledger.read_record(wh, ds, s.name) is None]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobs.common.config import Settings
 from jobs.common.spark import parallelism
 from jobs.selection.cost import CostModel
 from jobs.selection.part import LP_PAIRS
@@ -463,8 +464,8 @@ class ViewParams:
     of at most ``lp_pairs`` (user, view) pairs (``jobs.selection.part``)."""
 
     model: CostModel
-    part_users: int = 32000
-    user_views: int = 30
+    part_users: int = Settings.view_part_users  # the settings' defaults, one home
+    user_views: int = Settings.view_user_views
     lp_pairs: int = LP_PAIRS
     driver_memberships: int | None = DRIVER_MEMBERSHIPS
 

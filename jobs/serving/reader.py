@@ -28,12 +28,13 @@ import pyarrow.compute as pc
 
 from jobs.common import versions
 from jobs.common.dates import recent_since
+from jobs.common.errors import FeedpipeError
 from jobs.common.pointers import resolve
 from jobs.common.storage import Storage
 from jobs.serving.published import require_warehouse
 
 
-class FeedError(RuntimeError):
+class FeedError(FeedpipeError, RuntimeError):
     """The day's feeds cannot be read (not materialized, or a bad request)."""
 
 

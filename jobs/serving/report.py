@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from jobs.common import ledger, versions
-from jobs.common.config import Settings
+from jobs.common.config import PURE_STRATEGIES, Settings
 from jobs.common.pages import gate_verdict
 from jobs.common.storage import Storage
 from jobs.common.versions import DayVersion
@@ -78,9 +78,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     if not day.has("plan/plan_cost"):
         return f"no plan for {ds} in {wh.uri()}"
     rows = plan_cost_rows(wh, day)
-    pure = min(
-        (r["total_cost"] for r in rows if r["strategy"] in ("push-all", "pull-all")), default=None
-    )
+    pure = min((r["total_cost"] for r in rows if r["strategy"] in PURE_STRATEGIES), default=None)
     h, el = (
         (rows[0]["push_cost"], rows[0]["pull_cost"])
         if rows
@@ -300,9 +298,7 @@ def flash_producers(
 
 
 def _pure(rows: list[dict]) -> float | None:
-    return min(
-        (r["total_cost"] for r in rows if r["strategy"] in ("push-all", "pull-all")), default=None
-    )
+    return min((r["total_cost"] for r in rows if r["strategy"] in PURE_STRATEGIES), default=None)
 
 
 def trend_rows(wh: Storage, ds: dt.date, days: int = TREND_DAYS) -> list[dict]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from jobs.common import ledger, versions
 from jobs.common.config import Settings
+from jobs.common.errors import FeedpipeError
 from jobs.common.pipeline import LANDING_TABLES
 from jobs.common.storage import Storage
 from jobs.common.tables import PUBLISHED_TABLES, contract
@@ -31,7 +32,7 @@ from jobs.common.tables import PUBLISHED_TABLES, contract
 log = logging.getLogger(__name__)
 
 
-class PublishRefused(RuntimeError):
+class PublishRefused(FeedpipeError, RuntimeError):
     """The day is not complete or did not pass validation."""
 
 
@@ -63,6 +64,7 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
     for layer, table in PUBLISHED_TABLES:
         parts = day.parts(contract(layer, table).ref())
         assert parts is not None
+        versions.note_read(f"{layer}/{table}", ds)  # counted, named, copied to publish_to
         tables[f"{layer}/{table}"] = {
             "rows": wh.dataset(*parts).count_rows(),
             "location": wh.uri(*parts),
@@ -72,6 +74,7 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
     for t in (*LANDING_TABLES, "topics"):
         parts = day.parts(contract("quarantine", "rows").ref(t))
         if parts is not None:
+            versions.note_read(f"quarantine/{t}", ds)
             quarantine[t] = wh.dataset(*parts).count_rows()
     cost_parts = day.parts(contract("plan", "plan_cost").ref())
     assert cost_parts is not None

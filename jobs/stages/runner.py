@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.common import ledger, readiness, versions
 from jobs.common.config import Settings
 from jobs.common.dates import days
-from jobs.common.pipeline import REPORTED, SPARK_STAGES, STAGES
+from jobs.common.pipeline import STAGES, Stage, stage
 from jobs.common.storage import Storage
 
 if TYPE_CHECKING:
@@ -29,8 +29,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class UndeclaredTable(RuntimeError):
+    """A stage read or wrote a table its declaration (:data:`REGISTRY`) does not name."""
+
+
 def run_stage(
-    stage: str,
+    name: str,
     settings: Settings,
     ds: dt.date,
     spark: SparkSession | None = None,
@@ -39,51 +43,58 @@ def run_stage(
 ) -> dict[str, Any]:
     """Run one stage for one day (building a Spark session if it needs one and none is given;
     opening the warehouse unless ``wh`` is it)."""
-    from jobs.stages import ingest, materialize, plan, publish, rates, validate
+    from jobs.stages.validate import ValidationFailed
 
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    step = stage(name)
     wh = wh or Storage.at(settings.warehouse)
-    if stage == "ingest":  # a day whose landing has not arrived changes nothing
+    if step.landing:  # a day whose landing has not arrived changes nothing
         readiness.check(settings, ds, wh)
-    ledger.withdraw(wh, ds, stage)
+    ledger.withdraw(wh, ds, step.name)
     started = time.monotonic()
-    if stage == "publish":
-        result = publish.run(settings, ds, wh)
-    else:
+    options = {"full_refresh": full_refresh}
+    args: tuple[Any, ...] = (settings, ds, wh)
+    if step.spark:
         if spark is None:
             from jobs.common.spark import build_session
 
-            spark = build_session(settings, f"feedpipe-{stage}-{ds}")
-        with versions.stage_run(ds) as run:
-            if stage == "ingest":
-                result = ingest.run(spark, settings, ds, wh)
-            elif stage == "rates":
-                result = rates.run(spark, settings, ds, wh)
-            elif stage == "plan":
-                result = plan.run(spark, settings, ds, wh)
-            elif stage == "materialize":
-                result = materialize.run(spark, settings, ds, wh, full_refresh=full_refresh)
-            else:
-                try:
-                    result = validate.run(spark, settings, ds, wh)
-                except validate.ValidationFailed:
-                    _report(wh, ds)  # the failed day's report shows what failed
-                    raise
+            spark = build_session(settings, f"feedpipe-{step.name}-{ds}")
+        args = (spark, *args)
+    with versions.stage_run(ds) as run:
+        try:
+            result = step.entry()(*args, **{o: options[o] for o in step.options})
+        except ValidationFailed:
+            _report(wh, ds)  # the failed day's report shows what failed
+            raise
+    undeclared(step, run)
+    result = {**result, "inputs": sorted(run.inputs), "earlier_inputs": sorted(run.earlier)}
+    if step.recorded:
         result = {**result, "run": run.id, "outputs": dict(sorted(run.outputs.items()))}
     result = {**result, "seconds": round(time.monotonic() - started, 2)}
-    if stage != "publish":
-        ledger.write_record(wh, ds, stage, result)
-    log.info("%s %s done in %.1fs", stage, ds, result["seconds"])
-    if stage in REPORTED:
+    if step.recorded:
+        ledger.write_record(wh, ds, step.name, result)
+    log.info("%s %s done in %.1fs", step.name, ds, result["seconds"])
+    if step.reports:
         _report(wh, ds)
-    if stage == "publish":
+    if step.name == "publish":
         from jobs.serving.catalog import write_duckdb
 
         written = write_duckdb(wh)
         if written:
             log.info("tables by name: %s", written)
     return result
+
+
+def undeclared(step: Stage, run: versions.Run) -> None:
+    """Refuse a run that read or wrote a table the stage does not declare: the registry is
+    the lineage the docs show, and it stays true."""
+    read = sorted(run.inputs - set(step.reads))
+    earlier = sorted(run.earlier - set(step.earlier))
+    wrote = sorted(set(run.outputs) - set(step.writes))
+    if read or earlier or wrote:
+        raise UndeclaredTable(
+            f"stage {step.name} used tables it does not declare in jobs/common/pipeline.py: "
+            f"read {read or 'none'}, of earlier days {earlier or 'none'}, wrote {wrote or 'none'}"
+        )
 
 
 def _report(wh: Storage, ds: dt.date) -> None:
@@ -103,15 +114,15 @@ def run_day(
     wh: Storage | None = None,
 ) -> dict[str, dict[str, Any]]:
     """All stages (or ``only`` these) of one day in one Spark application."""
-    chosen = only or STAGES
+    chosen = [stage(s) for s in only or STAGES]
     wh = wh or Storage.at(settings.warehouse)
-    if "ingest" in chosen:  # refused before a Spark session is started for it
+    if any(s.landing for s in chosen):  # refused before a Spark session is started for it
         readiness.check(settings, ds, wh)
-    if spark is None and any(s in SPARK_STAGES for s in chosen):
+    if spark is None and any(s.spark for s in chosen):
         from jobs.common.spark import build_session
 
         spark = build_session(settings, f"feedpipe-run-{ds}")
-    return {s: run_stage(s, settings, ds, spark, full_refresh, wh) for s in chosen}
+    return {s.name: run_stage(s.name, settings, ds, spark, full_refresh, wh) for s in chosen}
 
 
 def backfill(

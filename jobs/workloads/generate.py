@@ -34,23 +34,17 @@ far below the data size at ``--scale 1``.
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import io
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
-from jobs.common.storage import Storage, ds_dir
+from jobs.common.storage import Storage
+from jobs.workloads.landing import LandingWriter
 
 log = logging.getLogger(__name__)
-
-FORMATS = ("csv", "jsonl", "parquet")
 
 
 @dataclass(frozen=True)
@@ -267,83 +261,6 @@ def _dict_ids(idx: np.ndarray, dictionary: pa.Array) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(idx.astype(np.int32)), dictionary)
 
 
-class LandingWriter:
-    """Writes one table-day of the landing layout in a chosen file format."""
-
-    def __init__(
-        self, storage: Storage, table: str, day: dt.date, fmt: str, gzip_text: bool, part: int = 0
-    ):
-        """``part`` 0 replaces the table-day's folder; a later part adds a file beside it."""
-        if fmt not in FORMATS:
-            raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-        self.storage, self.fmt, self.gzip = storage, fmt, gzip_text and fmt != "parquet"
-        folder = (table, ds_dir(day))
-        if part == 0:
-            storage.delete(*folder)
-        storage.fs.create_dir(storage.path(*folder), recursive=True)
-        ext = {"csv": "csv", "jsonl": "jsonl", "parquet": "parquet"}[fmt] + (
-            ".gz" if self.gzip else ""
-        )
-        self.path = storage.path(*folder, f"part-{part:05d}.{ext}")
-        self.rows = 0
-        self._pq: pq.ParquetWriter | None = None
-        self._text: io.BufferedIOBase | None = None
-        self._raw = None
-
-    def write(self, batch: pa.Table) -> None:
-        self.rows += batch.num_rows
-        if self.fmt == "parquet":
-            if self._pq is None:
-                self._pq = pq.ParquetWriter(self.path, batch.schema, filesystem=self.storage.fs)
-            self._pq.write_table(batch)
-            return
-        if self._text is None:
-            self._raw = self.storage.fs.open_output_stream(self.path, compression=None)
-            self._text = gzip.GzipFile(fileobj=self._raw, mode="wb") if self.gzip else self._raw  # type: ignore[assignment]
-            if self.fmt == "csv":
-                self._write_csv(batch, header=True)
-                return
-        if self.fmt == "csv":
-            self._write_csv(batch, header=False)
-        else:
-            plain = batch.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in batch.schema]))
-            buf = io.StringIO()
-            plain.to_pandas().to_json(
-                buf, orient="records", lines=True, date_format="iso", date_unit="s"
-            )
-            text = buf.getvalue()
-            if text and not text.endswith("\n"):
-                text += "\n"
-            assert self._text is not None
-            self._text.write(text.encode("utf-8"))
-
-    def _write_csv(self, batch: pa.Table, header: bool) -> None:
-        plain = batch.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in batch.schema]))
-        cols = []
-        for name in plain.column_names:
-            col = plain[name]
-            if pa.types.is_timestamp(col.type):
-                col = pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ")
-            cols.append(col)
-        out = pa.table(cols, names=plain.column_names)
-        buf = io.BytesIO()
-        pacsv.write_csv(out, buf, pacsv.WriteOptions(include_header=header, quoting_style="needed"))
-        assert self._text is not None
-        self._text.write(buf.getvalue())
-
-    def close(self) -> None:
-        if self._pq is not None:
-            self._pq.close()
-        if self._text is not None:
-            self._text.close()
-            if self._raw is not None and self._raw is not self._text:
-                self._raw.close()
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    return t.value_type if pa.types.is_dictionary(t) else t
-
-
 @dataclass
 class DayStats:
     ds: dt.date
@@ -433,12 +350,13 @@ def _edge_table(
 
 def _write_snapshot(storage, day, edges, cids, pids, P, fmt, gz, seed) -> int:
     rng = day_rng(seed, 0, 0)
-    w = LandingWriter(storage, "follows", day, fmt, gz)
-    c, p = _edge_table(edges, P, cids, pids)
-    start = int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
-    ts = start - rng.integers(1, 365 * 86_400 * 1_000_000, size=edges.size, dtype=np.int64)
-    w.write(pa.table({"consumer_id": c, "producer_id": p, "ts": _ts_array(ts)}))
-    w.close()
+    with LandingWriter(storage, "follows", day, fmt, gz) as w:
+        c, p = _edge_table(edges, P, cids, pids)
+        start = (
+            int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
+        )
+        ts = start - rng.integers(1, 365 * 86_400 * 1_000_000, size=edges.size, dtype=np.int64)
+        w.write(pa.table({"consumer_id": c, "producer_id": p, "ts": _ts_array(ts)}))
     return w.rows
 
 
@@ -459,18 +377,17 @@ def _write_changes(
     ts = uniform_times(day, keys.size, rng)
     order = np.argsort(ts, kind="stable")
     c, p = _edge_table(keys[order], P, cids, pids)
-    w = LandingWriter(storage, "follows", day, fmt, gz)
-    w.write(
-        pa.table(
-            {
-                "consumer_id": c,
-                "producer_id": p,
-                "ts": _ts_array(ts[order]),
-                "op": pa.array(ops[order]),
-            }
+    with LandingWriter(storage, "follows", day, fmt, gz) as w:
+        w.write(
+            pa.table(
+                {
+                    "consumer_id": c,
+                    "producer_id": p,
+                    "ts": _ts_array(ts[order]),
+                    "op": pa.array(ops[order]),
+                }
+            )
         )
-    )
-    w.close()
     edges = np.union1d(np.setdiff1d(edges, gone), new)
     return edges, w.rows
 
@@ -483,33 +400,32 @@ def _blocks(n: int, block: int) -> Iterator[np.ndarray]:
 def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block, vocab=None) -> int:
     rng = day_rng(seed, i, 1)
     attr_rng = day_rng(seed, i, 3)  # its own stream: the other columns do not change
-    w = LandingWriter(storage, "events", day, fmt, gz)
-    seq = 0
-    tag = day.strftime("%Y%m%d")
-    rates = pop.event_rates(i)
-    for ids in _blocks(pop.profile.producers, block):
-        counts = rng.poisson(rates[ids] * 24.0)
-        prod = np.repeat(ids, counts)
-        n = prod.size
-        if n == 0:
-            continue
-        ts = uniform_times(day, n, rng)
-        nums = np.arange(seq, seq + n)
-        seq += n
-        event_ids = np.char.add(f"ev-{tag}-", nums.astype(str))
-        payload = np.char.add("post ", nums.astype(str))
-        columns = {
-            "event_id": pa.array(event_ids),
-            "producer_id": _dict_ids(prod, pids),
-            "created_at": _ts_array(ts),
-            "payload": pa.array(payload),
-        }
-        if vocab is not None:
-            columns["attributes"] = vocab.attributes(n, attr_rng, as_map=fmt == "parquet")
-        w.write(pa.table(columns))
-    if w.rows == 0:
-        w.write(_empty_events())
-    w.close()
+    with LandingWriter(storage, "events", day, fmt, gz) as w:
+        seq = 0
+        tag = day.strftime("%Y%m%d")
+        rates = pop.event_rates(i)
+        for ids in _blocks(pop.profile.producers, block):
+            counts = rng.poisson(rates[ids] * 24.0)
+            prod = np.repeat(ids, counts)
+            n = prod.size
+            if n == 0:
+                continue
+            ts = uniform_times(day, n, rng)
+            nums = np.arange(seq, seq + n)
+            seq += n
+            event_ids = np.char.add(f"ev-{tag}-", nums.astype(str))
+            payload = np.char.add("post ", nums.astype(str))
+            columns = {
+                "event_id": pa.array(event_ids),
+                "producer_id": _dict_ids(prod, pids),
+                "created_at": _ts_array(ts),
+                "payload": pa.array(payload),
+            }
+            if vocab is not None:
+                columns["attributes"] = vocab.attributes(n, attr_rng, as_map=fmt == "parquet")
+            w.write(pa.table(columns))
+        if w.rows == 0:
+            w.write(_empty_events())
     return w.rows
 
 
@@ -526,31 +442,30 @@ def _empty_events() -> pa.Table:
 
 def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
     rng = day_rng(seed, i, 2)
-    w = LandingWriter(storage, "views", day, fmt, gz)
-    rates = pop.view_rates(i)
-    for ids in _blocks(pop.profile.consumers, block):
-        counts = rng.poisson(rates[ids] * 24.0)
-        cons = np.repeat(ids, counts)
-        if cons.size == 0:
-            continue
-        w.write(
-            pa.table(
-                {
-                    "consumer_id": _dict_ids(cons, cids),
-                    "viewed_at": _ts_array(uniform_times(day, cons.size, rng)),
-                }
+    with LandingWriter(storage, "views", day, fmt, gz) as w:
+        rates = pop.view_rates(i)
+        for ids in _blocks(pop.profile.consumers, block):
+            counts = rng.poisson(rates[ids] * 24.0)
+            cons = np.repeat(ids, counts)
+            if cons.size == 0:
+                continue
+            w.write(
+                pa.table(
+                    {
+                        "consumer_id": _dict_ids(cons, cids),
+                        "viewed_at": _ts_array(uniform_times(day, cons.size, rng)),
+                    }
+                )
             )
-        )
-    if w.rows == 0:
-        w.write(
-            pa.table(
-                {
-                    "consumer_id": pa.array([], pa.string()),
-                    "viewed_at": pa.array([], pa.timestamp("us", tz="UTC")),
-                }
+        if w.rows == 0:
+            w.write(
+                pa.table(
+                    {
+                        "consumer_id": pa.array([], pa.string()),
+                        "viewed_at": pa.array([], pa.timestamp("us", tz="UTC")),
+                    }
+                )
             )
-        )
-    w.close()
     return w.rows
 
 
@@ -651,25 +566,23 @@ def topic_table(profile: Profile, vocab: Vocabulary, seed: int) -> pa.Table:
 def _write_topics(storage, day, profile, vocab, cids, seed, fmt) -> int:
     """Day 1's topic definitions, and their followers added to the follows snapshot (as a
     second file of it): ``topic_follows`` per consumer on average, by Zipf(0.8) popularity."""
-    w = LandingWriter(storage, "topics", day, "csv", False)
-    w.write(topic_table(profile, vocab, seed))
-    w.close()
+    with LandingWriter(storage, "topics", day, "csv", False) as w:
+        w.write(topic_table(profile, vocab, seed))
     rng = np.random.default_rng([seed, 0, 5])
     C, T = profile.consumers, profile.topics
     n = round(C * profile.topic_follows)
     keys = np.unique(
         rng.integers(0, C, size=n).astype(np.int64) * T + rng.choice(T, size=n, p=_zipf_p(T, 0.8))
     )
-    follows = LandingWriter(storage, "follows", day, fmt["follows"], False, part=1)
-    ts = uniform_times(day - dt.timedelta(days=1), keys.size, rng)
-    follows.write(
-        pa.table(
-            {
-                "consumer_id": _dict_ids(keys // T, cids),
-                "producer_id": pa.array(topic_ids(keys % T)),
-                "ts": _ts_array(ts),
-            }
+    with LandingWriter(storage, "follows", day, fmt["follows"], False, part=1) as follows:
+        ts = uniform_times(day - dt.timedelta(days=1), keys.size, rng)
+        follows.write(
+            pa.table(
+                {
+                    "consumer_id": _dict_ids(keys // T, cids),
+                    "producer_id": pa.array(topic_ids(keys % T)),
+                    "ts": _ts_array(ts),
+                }
+            )
         )
-    )
-    follows.close()
     return follows.rows

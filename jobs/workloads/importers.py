@@ -29,21 +29,22 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from jobs.common.errors import FeedpipeError
 from jobs.common.storage import Storage
 from jobs.workloads.generate import (
     PROFILES,
-    LandingWriter,
     Population,
     day_rng,
     scaled,
     uniform_times,
 )
+from jobs.workloads.landing import LandingWriter
 
 log = logging.getLogger(__name__)
 BATCH = 200_000
 
 
-class SourceError(ValueError):
+class SourceError(FeedpipeError, ValueError):
     """The source file is missing or not in the expected format."""
 
 
@@ -106,22 +107,21 @@ def import_edges(
     edge once; returns the line accounting and the edges."""
     stats = EdgeStats()
     seen: set[tuple[str, str]] = set()
-    writer = LandingWriter(out, "follows", ds, "parquet", False)
-    consumers: list[str] = []
-    producers: list[str] = []
-    start = _ts_start(ds)[0].as_py()
-    for c, p in read_snap_edges(src, stats, reverse):
-        if (c, p) in seen:
-            stats.duplicates += 1
-            continue
-        seen.add((c, p))
-        consumers.append(c)
-        producers.append(p)
-        if len(consumers) >= BATCH:
-            _write_edges(writer, consumers, producers, start)
-            consumers, producers = [], []
-    _write_edges(writer, consumers, producers, start)
-    writer.close()
+    with LandingWriter(out, "follows", ds, "parquet", False) as writer:
+        consumers: list[str] = []
+        producers: list[str] = []
+        start = _ts_start(ds)[0].as_py()
+        for c, p in read_snap_edges(src, stats, reverse):
+            if (c, p) in seen:
+                stats.duplicates += 1
+                continue
+            seen.add((c, p))
+            consumers.append(c)
+            producers.append(p)
+            if len(consumers) >= BATCH:
+                _write_edges(writer, consumers, producers, start)
+                consumers, producers = [], []
+        _write_edges(writer, consumers, producers, start)
     stats.edges = len(seen)
     return stats, seen
 
@@ -176,22 +176,21 @@ def land_growth(
         day = start + dt.timedelta(days=i)
         consumers = [order[j][0] for j in part]
         producers = [order[j][1] for j in part]
-        writer = LandingWriter(out, "follows", day, "parquet", False)
-        at = _ts_start(day)[0].as_py()
-        if i == 0:
-            _write_edges(writer, consumers, producers, at)
-        elif consumers:
-            writer.write(
-                pa.table(
-                    {
-                        "consumer_id": pa.array(consumers, pa.string()),
-                        "producer_id": pa.array(producers, pa.string()),
-                        "ts": pa.array([at] * len(consumers), pa.timestamp("us", tz="UTC")),
-                        "op": pa.array(["follow"] * len(consumers), pa.string()),
-                    }
+        with LandingWriter(out, "follows", day, "parquet", False) as writer:
+            at = _ts_start(day)[0].as_py()
+            if i == 0:
+                _write_edges(writer, consumers, producers, at)
+            elif consumers:
+                writer.write(
+                    pa.table(
+                        {
+                            "consumer_id": pa.array(consumers, pa.string()),
+                            "producer_id": pa.array(producers, pa.string()),
+                            "ts": pa.array([at] * len(consumers), pa.timestamp("us", tz="UTC")),
+                            "op": pa.array(["follow"] * len(consumers), pa.string()),
+                        }
+                    )
                 )
-            )
-        writer.close()
         landed[day.isoformat()] = len(consumers)
     return landed
 
@@ -233,35 +232,33 @@ def _generate_activity(
         rng = day_rng(seed, i, 1)
         counts = rng.poisson(pop.event_rate * 24.0)
         who = np.repeat(np.arange(len(prods)), counts)
-        ev = LandingWriter(out, "events", day, "parquet", False)
-        ids = np.char.add(f"ev-{day:%Y%m%d}-", np.arange(who.size).astype(str))
-        ev.write(
-            pa.table(
-                {
-                    "event_id": pa.array(ids),
-                    "producer_id": pa.array(prods[who]),
-                    "created_at": pa.array(
-                        uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
-                    ),
-                }
+        with LandingWriter(out, "events", day, "parquet", False) as ev:
+            ids = np.char.add(f"ev-{day:%Y%m%d}-", np.arange(who.size).astype(str))
+            ev.write(
+                pa.table(
+                    {
+                        "event_id": pa.array(ids),
+                        "producer_id": pa.array(prods[who]),
+                        "created_at": pa.array(
+                            uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
+                        ),
+                    }
+                )
             )
-        )
-        ev.close()
         rng = day_rng(seed, i, 2)
         counts = rng.poisson(pop.view_rate * 24.0)
         who = np.repeat(np.arange(len(cons)), counts)
-        vw = LandingWriter(out, "views", day, "parquet", False)
-        vw.write(
-            pa.table(
-                {
-                    "consumer_id": pa.array(cons[who]),
-                    "viewed_at": pa.array(
-                        uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
-                    ),
-                }
+        with LandingWriter(out, "views", day, "parquet", False) as vw:
+            vw.write(
+                pa.table(
+                    {
+                        "consumer_id": pa.array(cons[who]),
+                        "viewed_at": pa.array(
+                            uniform_times(day, who.size, rng), pa.timestamp("us", tz="UTC")
+                        ),
+                    }
+                )
             )
-        )
-        vw.close()
         totals["events"] += ev.rows
         totals["views"] += vw.rows
     return totals
@@ -298,20 +295,18 @@ def import_higgs(src: Path, out: Storage) -> dict[str, object]:
     days = {}
     for day, b in sorted(per_day.items()):
         ts = pa.array(b["ts"], pa.timestamp("us", tz="UTC"))
-        ev = LandingWriter(out, "events", day, "parquet", False)
-        ev.write(
-            pa.table(
-                {
-                    "event_id": pa.array([f"higgs-{r}" for r in b["row"]]),
-                    "producer_id": pa.array(b["user"]),
-                    "created_at": ts,
-                }
+        with LandingWriter(out, "events", day, "parquet", False) as ev:
+            ev.write(
+                pa.table(
+                    {
+                        "event_id": pa.array([f"higgs-{r}" for r in b["row"]]),
+                        "producer_id": pa.array(b["user"]),
+                        "created_at": ts,
+                    }
+                )
             )
-        )
-        ev.close()
-        vw = LandingWriter(out, "views", day, "parquet", False)
-        vw.write(pa.table({"consumer_id": pa.array(b["user"]), "viewed_at": ts}))
-        vw.close()
+        with LandingWriter(out, "views", day, "parquet", False) as vw:
+            vw.write(pa.table({"consumer_id": pa.array(b["user"]), "viewed_at": ts}))
         days[day.isoformat()] = len(b["user"])
     result = {
         "follows": stats.__dict__,

@@ -15,7 +15,7 @@ from jobs.common.storage import Storage
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
 from support import browser, naive
-from support.workloads import LAST, K, assembled, build, days, table_rows
+from support.workloads import LAST, TOPIC_DATES, K, assembled, build, days, table_rows
 
 TABLES = [
     ("clean", "follows"),
@@ -127,3 +127,69 @@ def test_a_known_outage_runs_as_empty_when_allowed_and_is_recorded(spark, built_
     follows = record["tables"]["follows"]
     assert (follows["edges_before"], follows["edges"]) == (len(graph), len(graph))
     assert follows["edges_added"] == follows["edges_removed"] == 0
+
+
+def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
+    spark, built_copy, topics_copy
+):
+    """The registry is the lineage the docs show (docs/architecture.md, "Lineage"): over the
+    churn days (FF-PerPair and the pure strategies, feeds incremental from day 2) and the topic
+    days, the last churn day planned again with shared views served, validated and published,
+    the last topic day rebuilt in full, validated and published, and rates run on churn days
+    ingested without their daily counts (by an older feedpipe: counted from the clean rows,
+    to the same rates), every table a stage declares is one it read or wrote, and the runner
+    refuses a stage that touches a table it does not declare (shown on a declaration with one
+    read taken away)."""
+    from jobs.common.pipeline import REGISTRY
+
+    read: dict[str, set[str]] = {s.name: set() for s in REGISTRY}
+    earlier: dict[str, set[str]] = {s.name: set() for s in REGISTRY}
+    wrote: dict[str, set[str]] = {s.name: set() for s in REGISTRY}
+
+    def seen(name: str, record: dict) -> None:
+        read[name] |= set(record["inputs"])
+        earlier[name] |= set(record["earlier_inputs"])
+        wrote[name] |= set(record.get("outputs", {}))
+
+    for settings, on in ((built_copy, days()), (topics_copy, TOPIC_DATES)):
+        for ds in on:
+            for name, record in ledger.read_records(Storage.at(settings.warehouse), ds).items():
+                seen(name, record)
+    s = dataclasses.replace(
+        built_copy, strategy="auto", strategies=("ff-per-pair", "cz-hierarchy2")
+    )
+    for name in ("plan", "materialize", "validate", "publish"):
+        seen(name, runner.run_stage(name, s, LAST, spark))
+    assert ledger.read_record(Storage.at(s.warehouse), LAST, "plan")["strategy"] == "cz-hierarchy2"
+    last_topic_day = TOPIC_DATES[-1]
+    seen("materialize", runner.run_stage("materialize", topics_copy, last_topic_day, spark, True))
+    for name in ("validate", "publish"):
+        seen(name, runner.run_stage(name, topics_copy, last_topic_day, spark))
+
+    wh = Storage.at(s.warehouse)
+    before = {
+        t: table_rows(spark, s, "rates", t, LAST) for t in ("producer_rates", "consumer_rates")
+    }
+    for ds in days():  # as an older feedpipe ingested them: no daily counts
+        record = ledger.read_record(wh, ds, "ingest")
+        for key in ("clean/event_counts", "clean/view_counts"):
+            del record["outputs"][key]
+        ledger.write_record(wh, ds, "ingest", record)
+    seen("rates", runner.run_stage("rates", s, LAST, spark))
+    assert {t: table_rows(spark, s, "rates", t, LAST) for t in before} == before
+
+    for stage in REGISTRY:
+        declared = {t for t in stage.reads if not t.startswith("landing/")}
+        assert (stage.name, sorted(read[stage.name])) == (stage.name, sorted(declared))
+        assert (stage.name, sorted(earlier[stage.name])) == (stage.name, sorted(stage.earlier))
+        assert (stage.name, sorted(wrote[stage.name])) == (stage.name, sorted(stage.writes))
+
+    # a declaration that leaves out one table the stage reads: the run is refused
+    rates = next(st for st in REGISTRY if st.name == "rates")
+    short = dataclasses.replace(rates, reads=rates.reads[1:])
+    run = versions.Run(LAST, inputs=set(rates.reads), earlier=set(rates.earlier))
+    with pytest.raises(
+        runner.UndeclaredTable, match=rf"stage rates .* read \['{rates.reads[0]}'\]"
+    ):
+        runner.undeclared(short, run)
+    runner.undeclared(rates, run)

@@ -208,3 +208,58 @@ def test_gates_are_accepted_and_graphs_grown_from_the_command_line(tmp_path, mon
     day1 = pd.read_parquet(out / "follows" / "ds=2026-01-01")
     day2 = pd.read_parquet(out / "follows" / "ds=2026-01-02")
     assert (len(day1), len(day2), set(day2.op)) == (2, 2, {"follow"})
+
+
+def test_every_error_feedpipe_explains_is_one_line_and_a_defect_keeps_its_traceback(
+    monkeypatch, capsys
+):
+    """The command line catches one base class (``jobs.common.errors.FeedpipeError``), which
+    every error a user can act on derives from, and prints it in one line (exit 1); any other
+    exception is a defect and propagates with its traceback."""
+    from jobs import cli
+    from jobs.common.config import ConfigError
+    from jobs.common.errors import FeedpipeError
+    from jobs.common.pointers import PublishFailed
+    from jobs.common.readiness import LandingNotReady
+    from jobs.common.storage import StorageError
+    from jobs.common.tables import ContractError
+    from jobs.common.versions import LegacyLayout
+    from jobs.serving.published import NotPublished
+    from jobs.serving.reader import FeedError
+    from jobs.stages.ingest import IngestRejected, LandingError, TopicsUnsupported
+    from jobs.stages.publish import PublishRefused
+    from jobs.stages.validate import ValidationFailed
+    from jobs.workloads.importers import SourceError
+
+    explained = (
+        ConfigError,
+        ContractError,
+        LandingError,
+        IngestRejected,
+        TopicsUnsupported,
+        LandingNotReady,
+        LegacyLayout,
+        StorageError,
+        NotPublished,
+        SourceError,
+        PublishRefused,
+        PublishFailed,
+        FeedError,
+        ValidationFailed,
+    )
+    for kind in explained:
+        assert issubclass(kind, FeedpipeError), kind
+
+        def fail(args, settings, kind=kind):
+            raise kind("the day is wrong\n  in two lines")
+
+        monkeypatch.setattr(cli, "cmd_config", fail)
+        assert cli.main(["config"]) == 1, kind
+        assert capsys.readouterr().err == "feedpipe: error: the day is wrong in two lines\n"
+
+    def defect(args, settings):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_config", defect)
+    with pytest.raises(KeyError, match="a bug"):
+        cli.main(["config"])

@@ -152,3 +152,20 @@ def test_per_producer_coherency_drops_the_global_rule():
     assert "ff-consumer" not in s.served_strategies
     assert "ff-latency-pair" in s.served_strategies
     assert "ff-consumer" in load_settings(environ={}).served_strategies
+
+
+def test_on_off_values_are_read_one_way_everywhere_and_a_typo_is_an_error(monkeypatch):
+    """``parse_bool`` (``FEEDPIPE_CDS``, a boolean setting): true/false, 1/0, yes/no, on/off
+    in any case are read; a word that is none of them is an error naming the variable."""
+    from jobs.common import cds
+    from jobs.common.config import parse_bool
+
+    for word in ("1", "true", "Yes", " ON "):
+        assert parse_bool(word) is True
+    for word in ("0", "false", "No", "off", ""):
+        assert parse_bool(word) is False
+    monkeypatch.setenv("FEEDPIPE_CDS", "OFF")
+    assert cds.current_archive() is None
+    monkeypatch.setenv("FEEDPIPE_CDS", "maybe")
+    with pytest.raises(ConfigError, match="FEEDPIPE_CDS: not true or false: 'maybe'"):
+        cds.current_archive()

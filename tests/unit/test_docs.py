@@ -87,3 +87,16 @@ def test_the_readme_lists_every_published_table():
     outputs = (ROOT / "README.md").read_text().split("## Outputs", 1)[1].split("\n## ", 1)[0]
     for layer, table in PUBLISHED_TABLES:
         assert re.search(rf"`{layer}/(\{{[^}}]*\b{table}\b[^}}]*\}}|{table}\b)", outputs), table
+
+
+def test_the_lineage_table_is_the_stage_registrys():
+    """docs/architecture.md's lineage table is what ``jobs.common.pipeline.REGISTRY``
+    declares, row for row (the runner refuses a stage that uses a table it does not declare,
+    tests/stages/test_runner.py), and a table left out of the doc is found."""
+    from jobs.common.pipeline import lineage_table
+
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = lineage_table()
+    assert table in doc
+    row = table.splitlines()[3]
+    assert table.replace(row + "\n", "") not in doc

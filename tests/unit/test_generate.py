@@ -151,3 +151,30 @@ def test_topics_through_the_command_line_are_deterministic_and_well_formed(tmp_p
         same = pd.read_parquet(next((plain / "events" / f"ds={day}").iterdir()))
         pd.testing.assert_frame_equal(events.drop(columns="attributes"), same)
     assert not (plain / "topics").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_landing_writer_that_fails_leaves_no_file_and_one_that_ends_a_whole_one(tmp_path, fmt):
+    """``LandingWriter`` as a context manager: its file is closed when the block ends (read
+    back whole, in its format) and removed when the block raises (nothing half-written for
+    ``ingest`` to find)."""
+    import pyarrow as pa
+
+    from jobs.workloads.landing import LandingWriter
+    from support import naive
+
+    day = dt.date(2026, 3, 1)
+    rows = pa.table({"consumer_id": ["u1", "u2"], "producer_id": ["p1", "p2"]})
+    storage = Storage.at(str(tmp_path))
+    with pytest.raises(RuntimeError, match="upstream broke"):
+        with LandingWriter(storage, "follows", day, fmt, gzip_text=True) as w:
+            w.write(rows)
+            raise RuntimeError("upstream broke")
+    assert list((tmp_path / "follows" / f"ds={day}").iterdir()) == []
+    with LandingWriter(storage, "follows", day, fmt, gzip_text=True) as w:
+        w.write(rows)
+        w.write(rows)
+    (written,) = (tmp_path / "follows" / f"ds={day}").iterdir()
+    back = naive.read_table(tmp_path, "follows", day)
+    assert written.name.endswith({"parquet": ".parquet"}.get(fmt, f".{fmt}.gz"))
+    assert list(back["consumer_id"]) == ["u1", "u2", "u1", "u2"]

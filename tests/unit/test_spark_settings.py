@@ -113,3 +113,51 @@ def test_the_server_command_carries_the_stage_settings():
     assert local_cores("spark://127.0.0.1:7077") is None
     with pytest.raises(ConfigError, match="sc://"):
         Settings(spark_remote="http://127.0.0.1:15002")
+
+
+def test_every_s3_client_reads_the_same_endpoint_region_and_keys(monkeypatch):
+    """pyarrow's, boto3's and S3A's settings come from one reading of the environment
+    (``jobs.common.storage.S3Access``): FEEDPIPE_S3_ENDPOINT before AWS_ENDPOINT_URL,
+    AWS_REGION before AWS_DEFAULT_REGION, the keys only when an access key is set."""
+    from jobs.common.s3a import s3a_conf
+    from jobs.common.storage import S3Access
+
+    for name in ("FEEDPIPE_S3_ENDPOINT", "AWS_REGION", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://s3.example.org:9000")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-3")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    access = S3Access.from_env()
+    assert access.pyarrow_options() == {
+        "endpoint_override": "s3.example.org:9000",
+        "scheme": "https",
+        "region": "eu-west-3",
+    }
+    conf = s3a_conf()
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "https://s3.example.org:9000"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
+    assert "spark.hadoop.fs.s3a.access.key" not in conf  # S3A's own credential chain
+
+    monkeypatch.setenv("FEEDPIPE_S3_ENDPOINT", "127.0.0.1:9100")
+    monkeypatch.setenv("AWS_REGION", "us-east-2")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    access = S3Access.from_env()
+    assert (access.endpoint, access.region, access.access_key) == (
+        "127.0.0.1:9100",
+        "us-east-2",
+        "k",
+    )
+    assert access.pyarrow_options() == {
+        "endpoint_override": "127.0.0.1:9100",
+        "scheme": "http",
+        "region": "us-east-2",
+        "access_key": "k",
+        "secret_key": "s",
+    }
+    conf = s3a_conf()
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert (conf["spark.hadoop.fs.s3a.access.key"], conf["spark.hadoop.fs.s3a.secret.key"]) == (
+        "k",
+        "s",
+    )
