@@ -39,7 +39,7 @@ def test_wiki_vote_landed_as_a_growing_network_passes_the_follow_gates(spark, tm
     from jobs.common.config import Settings
     from jobs.common.ledger import read_record
     from jobs.stages import runner
-    from jobs.stages.validate import gates
+    from jobs.stages.gates import gates
 
     days = [D + dt.timedelta(days=i) for i in range(5)]
     landing = Storage.at(str(tmp_path / "landing"))
@@ -96,7 +96,7 @@ def test_higgs(tmp_path):
     # median of the three days before, fails the default band; the documented setting for
     # such data (docs/data-contracts.md, "Volume gates") lets the whole week through
     from jobs.common.config import Settings
-    from jobs.stages.validate import volume_gate
+    from jobs.stages.gates import volume_gate
 
     counts = list(result["days"].values())
 

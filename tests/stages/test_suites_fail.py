@@ -10,8 +10,9 @@ from pyspark.sql import functions as F
 
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
-from jobs.common.tables import contract, read_partition
-from jobs.stages import validate
+from jobs.common.tables import contract, read_partition, schemas_root
+from jobs.stages import checks, validate
+from jobs.stages import gates as policy
 from support.workloads import LAST
 
 
@@ -35,7 +36,7 @@ def corrupted(spark, settings) -> dict[str, tuple]:
     )
     pf, vf, cf = t("feeds", "producer_feed"), t("feeds", "view_feed"), t("feeds", "consumer_feed")
     store = t("feeds", "event_store")
-    good = validate.check_frames(spark, settings, LAST, wh)
+    good = checks.check_frames(spark, settings, LAST, wh)
     # the served FF-PerPair plan has no shared views: one producer's feed stands in for one
     first = pf.agg(F.min("producer_id")).first()[0]
     view = pf.where(F.col("producer_id") == first).withColumn("view_id", F.lit("v-1"))
@@ -49,7 +50,7 @@ def corrupted(spark, settings) -> dict[str, tuple]:
         **lost["tables"]["events"],
         "rows_in": lost["tables"]["events"]["rows_in"] + 1,
     }
-    gates = validate.gates(settings, LAST, wh, corrupted_counts(wh, ingest))
+    gates = policy.gates(settings, LAST, wh, corrupted_counts(wh, ingest))
     return {
         "clean.follows": (
             good["clean.follows"],
@@ -64,25 +65,25 @@ def corrupted(spark, settings) -> dict[str, tuple]:
         ),
         "rates.producer_rates": (
             good["rates.producer_rates"],
-            validate.rate_coverage_check(
+            checks.rate_coverage_check(
                 pr.join(one_producer, "producer_id", "left_anti"), follows, "producer_id"
             ),
         ),
         "rates.consumer_rates": (
             good["rates.consumer_rates"],
-            validate.rate_coverage_check(
+            checks.rate_coverage_check(
                 cr.join(one_consumer, "consumer_id", "left_anti"), follows, "consumer_id"
             ),
         ),
         "plan.edge_plan": (
             good["plan.edge_plan"],
-            validate.edge_coverage_check(
+            checks.edge_coverage_check(
                 follows, edge_plan.orderBy("consumer_id", "producer_id").offset(1)
             ),
         ),
         "plan.plan_cost": (
             good["plan.plan_cost"],
-            validate.cost_gate_check(
+            checks.cost_gate_check(
                 cost.withColumn(
                     "total_cost",
                     F.when(served, F.col("total_cost") * 1e6).otherwise(F.col("total_cost")),
@@ -92,21 +93,21 @@ def corrupted(spark, settings) -> dict[str, tuple]:
         ),
         "feeds.producer_feed": (
             good["feeds.producer_feed"],
-            validate.in_store_check(
-                validate.feed_order_check(pf.unionByName(pf.limit(1)), "producer_id"), store
+            checks.in_store_check(
+                checks.feed_order_check(pf.unionByName(pf.limit(1)), "producer_id"), store
             ),
         ),
         "feeds.view_feed": (
             good["feeds.view_feed"],
-            validate.in_store_check(
-                validate.feed_order_check(view.unionByName(view.limit(1)), "view_id"), store
+            checks.in_store_check(
+                checks.feed_order_check(view.unionByName(view.limit(1)), "view_id"), store
             ),
         ),
         "feeds.consumer_feed": (
             good["feeds.consumer_feed"],
-            validate.in_store_check(
-                validate.pushed_edge_check(
-                    validate.feed_order_check(cf, "consumer_id"),
+            checks.in_store_check(
+                checks.pushed_edge_check(
+                    checks.feed_order_check(cf, "consumer_id"),
                     edge_plan.withColumn("mode", F.lit("pull")),
                 ),
                 store,
@@ -114,13 +115,13 @@ def corrupted(spark, settings) -> dict[str, tuple]:
         ),
         "feeds.event_store": (
             good["feeds.event_store"],
-            validate.store_check(store.unionByName(store.limit(1))),
+            checks.store_check(store.unionByName(store.limit(1))),
         ),
         "ingest.accounting": (
             good["ingest.accounting"],
-            validate.accounting_check(spark, wh, LAST, lost),
+            checks.accounting_check(spark, wh, LAST, lost),
         ),
-        "ingest.gates": (good["ingest.gates"], validate.gates_frame(spark, gates)),
+        "ingest.gates": (good["ingest.gates"], checks.gates_frame(spark, gates)),
     }
 
 
@@ -168,7 +169,7 @@ def failures(results: dict) -> dict[str, list]:
 def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, built_copy):
     s = dataclasses.replace(built_copy, strategy="auto")  # the cost gate applies under auto
     frames = corrupted(spark, s)
-    suites = sorted(p.stem for p in validate.schemas_root().joinpath("expectations").glob("*.json"))
+    suites = sorted(p.stem for p in schemas_root().joinpath("expectations").glob("*.json"))
     assert sorted(frames) == suites, "a suite without a corruption here"
     params = {"feed_k": s.feed_k}
     seen = {}
@@ -215,10 +216,10 @@ def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, 
                 F.col("event_id") == shifted, F.col("created_at") + F.expr("INTERVAL 1 SECOND")
             ).otherwise(F.col("created_at")),
         )
-        check = validate.feed_order_check(feed, key)
+        check = checks.feed_order_check(feed, key)
         if name == "feeds.consumer_feed":
-            check = validate.pushed_edge_check(check, edge_plan)
-        frames[name] = validate.in_store_check(check, broken)
+            check = checks.pushed_edge_check(check, edge_plan)
+        frames[name] = checks.in_store_check(check, broken)
         expected[name] = feed.where(F.col("event_id").isin(lost, shifted)).count()
     for engine, rows in ENGINES.items():
         got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=rows)
@@ -405,7 +406,7 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
     wh = Storage.at(built_copy.warehouse)
     tables = {
         n: read_partition(spark, wh, contract(*n.split("/")), LAST).localCheckpoint()
-        for n in validate.CHECKED_TABLES
+        for n in checks.CHECKED_TABLES
     }
     # the served FF-PerPair plan has no shared views: one producer's feed stands in for one
     pf = tables["feeds/producer_feed"]
@@ -416,17 +417,15 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
         .select(*tables["feeds/view_feed"].columns)
     )
     declared = {}
-    for path in validate.schemas_root().joinpath("expectations").glob("*.json"):
+    for path in schemas_root().joinpath("expectations").glob("*.json"):
         spec = json.loads(path.read_text())
         declared[spec["name"]] = sorted(
             _key({"expectation": e["type"], "kwargs": e["kwargs"]}) for e in spec["expectations"]
         )
     assert sum(map(len, declared.values())) == 60
     covered = {n: sorted(c) for n, c in CORRUPTIONS.items()}
-    assert covered == {
-        n: k for n, k in declared.items() if n in validate.table_checks(tables, True)
-    }
-    good = validate.table_checks(tables, True)
+    assert covered == {n: k for n, k in declared.items() if n in checks.table_checks(tables, True)}
+    good = checks.table_checks(tables, True)
     clean = validate.validate_frames(good, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
     assert clean["success"], [n for n, r in clean["suites"].items() if not r["success"]]
     missed = []
@@ -436,7 +435,7 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
             keys = sorted(corruptions)
             if round_ < len(keys):
                 broken = {**tables, **corruptions[keys[round_]](tables)}
-                frames[suite] = validate.table_checks(broken, True)[suite]
+                frames[suite] = checks.table_checks(broken, True)[suite]
                 aimed[suite] = keys[round_]
         got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
         for suite, key in aimed.items():
@@ -460,7 +459,7 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
     for f in folder.glob("*"):
         f.unlink()
     pq.write_table(whole.slice(1), folder / "part-0.parquet")
-    frames = {"ingest.accounting": validate.accounting_check(spark, wh, LAST, lost)}
+    frames = {"ingest.accounting": checks.accounting_check(spark, wh, LAST, lost)}
     got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
     failed = {_key(f) for f in got["suites"]["ingest.accounting"]["failed"]}
     assert failed == set(declared["ingest.accounting"]) == {"rows_in", "clean_rows"}

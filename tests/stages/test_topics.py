@@ -171,7 +171,7 @@ def test_topic_days_are_validated_and_published_with_topics_accounted_apart(spar
     import pyarrow.parquet as pq
 
     from jobs.common import ledger
-    from jobs.stages.validate import accounting_check
+    from jobs.stages.checks import accounting_check
     from support.paths import version
 
     s = topics_copy

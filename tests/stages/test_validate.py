@@ -15,9 +15,11 @@ import pytest
 from jobs.common.ledger import read_record
 from jobs.common.storage import Storage
 from jobs.common.versions import locate
+from jobs.stages import gates as policy
 from jobs.stages import runner, validate
+from jobs.stages.checks import accounting_check
 from jobs.stages.publish import PublishRefused
-from jobs.stages.validate import ValidationFailed, accounting_check
+from jobs.stages.validate import ValidationFailed
 from support import browser
 from support.paths import version
 from support.workloads import LAST
@@ -220,7 +222,7 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     # would check: the ingest record against the days before)
     outage = dataclasses.replace(s, allow_empty=("events", "views"))
     runner.run_stage("ingest", outage, LAST, spark)
-    day_gates = validate.gates(outage, LAST, wh, read_record(wh, LAST, "ingest"))
+    day_gates = policy.gates(outage, LAST, wh, read_record(wh, LAST, "ingest"))
     assert [(g["table"], g["days"], g["passed"]) for g in day_gates[:2]] == [
         ("events", 4, None),
         ("views", 4, None),

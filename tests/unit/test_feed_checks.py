@@ -7,7 +7,7 @@ from collections import Counter
 
 
 def test_feed_checks_flag_broken_order_duplicate_ranks_and_duplicate_events(spark):
-    from jobs.stages.validate import feed_order_check
+    from jobs.stages.checks import feed_order_check
 
     t = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
     minute = dt.timedelta(minutes=1)

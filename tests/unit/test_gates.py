@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from jobs.common.config import ConfigError, Settings
-from jobs.stages.validate import (
+from jobs.stages.gates import (
     follow_added_gate,
     follow_removed_gate,
     gate_line,
@@ -173,7 +173,7 @@ def test_an_accepted_gate_is_kept_and_marked(tmp_path):
 
     from jobs.common import ledger
     from jobs.common.storage import Storage
-    from jobs.stages.validate import failed_gates, gates
+    from jobs.stages.gates import failed_gates, gates
 
     wh = Storage.at(str(tmp_path))
     d = dt.date(2026, 3, 1)
