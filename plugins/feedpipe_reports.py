@@ -4,9 +4,11 @@ A FastAPI app mounted by the API server at ``/feedpipe`` (``fastapi_apps``) and 
 entry in the Browse menu that shows it in the UI (``external_views``). Every route needs an
 authenticated Airflow user: the UI's session cookie or an API token (``POST /auth/token``).
 
-* ``/feedpipe/``: the days that have a plan, newest first, published or not;
+* ``/feedpipe/``: the days that have a plan, newest first, published or not (``jobs/templates/
+  days.html``);
 * ``/feedpipe/days/YYYY-MM-DD``: plan cost by strategy, the push/pull split, input accounting
-  and the data-quality outcome of that day (``jobs.serving.report.html_report``).
+  and the data-quality outcome of that day (``jobs.serving.report.html_report``, drawn by
+  ``jobs/templates/report.html``).
 
 The warehouse is the one the stages use (``FEEDPIPE_WAREHOUSE`` or ``FEEDPIPE_CONFIG`` in the
 API server's environment). Nothing is imported from feedpipe until a page is requested.
@@ -33,23 +35,13 @@ def _warehouse():  # type: ignore[no-untyped-def]
 
 @app.get("/", response_class=HTMLResponse)
 def days() -> str:
-    from html import escape
-
     from jobs.common.ledger import is_published
+    from jobs.common.pages import render
     from jobs.serving.report import report_days
 
     wh = _warehouse()
-    found = report_days(wh)
-    items = "".join(
-        f"<li><a href='days/{d}'>{d}</a> "
-        f"{'published' if is_published(wh, d) else '<b>not published</b>'}</li>"
-        for d in found
-    )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>feedpipe</title></head>"
-        f"<body><h1>feedpipe days</h1><p>warehouse: {escape(wh.uri())}</p>"
-        f"<ul id='days'>{items or '<li>no day has been planned yet</li>'}</ul></body></html>"
-    )
+    found = [(d, is_published(wh, d)) for d in report_days(wh)]
+    return render("days.html", warehouse=wh.uri(), days=found)
 
 
 @app.get("/days/{ds}", response_class=HTMLResponse)
