@@ -231,6 +231,13 @@ class Settings:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Every setting checked once, here: a bad value is a :class:`ConfigError` naming it."""
+        self._check_costs_and_rates()
+        self._check_landing_and_gates()
+        self._check_planning()
+        self._check_destinations()
+
+    def _check_costs_and_rates(self) -> None:
         if self.push_cost <= 0 or self.pull_cost <= 0:
             raise ConfigError("push_cost (H) and pull_cost (L) must be positive")
         if self.feed_k < 1:
@@ -249,6 +256,8 @@ class Settings:
             raise ConfigError(
                 "flash_factor must be > 1, flash_min_events and mode_change_margin >= 0"
             )
+
+    def _check_landing_and_gates(self) -> None:
         if self.landing_ready not in LANDING_READINESS:
             raise ConfigError(
                 f"landing_ready must be one of {', '.join(LANDING_READINESS)}, "
@@ -278,6 +287,8 @@ class Settings:
             raise ConfigError("max_lateness_days must be >= 0")
         if self.shuffle_partitions < 1:
             raise ConfigError("shuffle_partitions must be at least 1")
+
+    def _check_planning(self) -> None:
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown or not self.strategies:
             raise ConfigError(
@@ -322,6 +333,8 @@ class Settings:
             raise ConfigError("view_lp_pairs must be at least 0 (0 disables the LP)")
         if self.bound_pairs < 0:
             raise ConfigError("bound_pairs must be at least 0")
+
+    def _check_destinations(self) -> None:
         if self.publish_to and not self.publish_to.startswith(("s3://", "s3a://")):
             raise ConfigError(
                 f"publish_to must be an s3://bucket/prefix URI, got {self.publish_to!r}"

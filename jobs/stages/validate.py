@@ -96,26 +96,11 @@ def validate_frames(
     each expectation Great Expectations would otherwise scan the whole frame once more for 20
     unexpected rows, even when it has counted none. A suite that fails runs again with
     samples, so its results and Data Docs show examples of the rows that broke it."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.data_context.types.base import ProgressBarsConfig
     from pyspark import StorageLevel
 
-    ctx = gx.get_context(mode="ephemeral")
-    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    if docs_dir is not None:
-        ctx.add_data_docs_site(
-            site_name="feedpipe",
-            site_config={
-                "class_name": "SiteBuilder",
-                "store_backend": {
-                    "class_name": "TupleFilesystemStoreBackend",
-                    "base_directory": str(docs_dir),
-                },
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-            },
-        )
+    ctx = _context(docs_dir)
     source = ctx.data_sources.add_spark("feedpipe", persist=False)
     on_driver = ctx.data_sources.add_pandas("feedpipe-driver")
     out: dict[str, Any] = {"success": True, "suites": {}, "engines": {}}
@@ -156,37 +141,70 @@ def validate_frames(
         if small is None and name in keep:
             frame.unpersist()
         out["engines"][name] = "spark" if small is None else "driver"
-        failed, checks = [], []
-        for r in vr.results:
-            cfg = r.expectation_config
-            if cfg is None:
-                continue
-            kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
-            checks.append({"expectation": cfg.type, "kwargs": kwargs, "success": bool(r.success)})
-            if r.success:
-                continue
-            failed.append(
-                {
-                    "expectation": cfg.type,
-                    "kwargs": {k: v for k, v in cfg.kwargs.items() if k != "batch_id"},
-                    "unexpected_count": (r.result or {}).get("unexpected_count"),
-                    "observed_value": (r.result or {}).get("observed_value"),
-                    "sample": (r.result or {}).get("partial_unexpected_list"),
-                }
-            )
-        out["suites"][name] = {
-            "success": bool(vr.success),
-            "expectations": len(vr.results),
-            "failed": failed,
-            "checks": checks,
-        }
+        out["suites"][name] = suite_outcome(vr)
         out["success"] = out["success"] and bool(vr.success)
+        failed = out["suites"][name]["failed"]
         log.info("suite %s: %s", name, "passed" if vr.success else f"FAILED {failed}")
     if docs_dir is not None:
         # one build of the whole site from the stored results; an UpdateDataDocsAction per
         # checkpoint rebuilt the index after every suite (33 page renders instead of 23)
         ctx.build_data_docs(site_names=["feedpipe"])
     return out
+
+
+def _context(docs_dir: Path | None) -> Any:
+    """An ephemeral Great Expectations context, quiet, with a Data Docs site in ``docs_dir``
+    when given."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    if docs_dir is not None:
+        ctx.add_data_docs_site(
+            site_name="feedpipe",
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {
+                    "class_name": "TupleFilesystemStoreBackend",
+                    "base_directory": str(docs_dir),
+                },
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+    return ctx
+
+
+def suite_outcome(vr: Any) -> dict[str, Any]:
+    """One suite's validation result as ``results.json`` keeps it: the outcome, how many
+    expectations, each check (expectation, arguments, success) and each failure with its
+    unexpected count, observed value and sample rows."""
+    failed, checks = [], []
+    for r in vr.results:
+        cfg = r.expectation_config
+        if cfg is None:
+            continue
+        kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+        checks.append({"expectation": cfg.type, "kwargs": kwargs, "success": bool(r.success)})
+        if r.success:
+            continue
+        result = r.result or {}
+        failed.append(
+            {
+                "expectation": cfg.type,
+                "kwargs": kwargs,
+                "unexpected_count": result.get("unexpected_count"),
+                "observed_value": result.get("observed_value"),
+                "sample": result.get("partial_unexpected_list"),
+            }
+        )
+    return {
+        "success": bool(vr.success),
+        "expectations": len(vr.results),
+        "failed": failed,
+        "checks": checks,
+    }
 
 
 def _copy_tree(local: Path, wh: Storage, *dest: str) -> None:
