@@ -351,30 +351,19 @@ def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, s
     return True, "previous day's state present"
 
 
-def run(
-    spark: SparkSession,
-    settings: Settings,
-    ds: dt.date,
-    wh: Storage,
-    full_refresh: bool = False,
-) -> dict[str, Any]:
+def _producer_feed(
+    spark: SparkSession, wh: Storage, ds: dt.date, events: DataFrame, incremental: bool, k: int
+) -> tuple[DataFrame, DataFrame | None]:
+    """Write the day's producer feeds (the previous day's merged with the day's events and
+    topic matches, or in full from every day's); returns them as written, and in full, every
+    day's events (``None`` when incremental)."""
     from pyspark.sql import functions as F
 
-    k = settings.feed_k
-    ev_c = contract("clean", "events")
-    pf_c, cf_c = contract("feeds", "producer_feed"), contract("feeds", "consumer_feed")
-    prev = ds - dt.timedelta(days=1)
-    incremental, why = (
-        (False, "full refresh requested") if full_refresh else can_increment(wh, ds, settings)
-    )
-    log.info("materialize %s: %s (%s)", ds, "incremental" if incremental else "full", why)
-
-    edge_plan = read_partition(spark, wh, contract("plan", "edge_plan"), ds)
-    pushed = push_edges(edge_plan)
-    events = read_partition(spark, wh, ev_c, ds)
-    es_c, te_c = contract("feeds", "event_store"), contract("clean", "topic_events")
+    ev_c, pf_c = contract("clean", "events"), contract("feeds", "producer_feed")
+    te_c = contract("clean", "topic_events")
+    all_events = None
     if incremental:
-        pf_prev = read_partition(spark, wh, pf_c, prev)
+        pf_prev = read_partition(spark, wh, pf_c, ds - dt.timedelta(days=1))
         matched = read_partition(spark, wh, te_c, ds)
         producer_feed = producer_feed_incremental(pf_prev, streams(events, matched), k)
     else:
@@ -388,30 +377,38 @@ def run(
         )
         producer_feed = producer_feed_full(streams(all_events, all_matched), k)
     write_partition(producer_feed, wh, pf_c, ds)
-    producer_feed = read_partition(spark, wh, pf_c, ds)  # read back: do not recompute the merge
-    # topic streams hold events of other producers: a consumer or a view can meet an event
-    # twice, through its author and a topic (one query over producers x k rows)
-    shared = not producer_feed.where(F.col("author_id") != F.col("producer_id")).isEmpty()
-    if incremental:
-        store_prev = read_partition(spark, wh, es_c, prev)
-        store = event_store_incremental(store_prev, events, producer_feed)
-    else:
-        store = event_store_full(producer_feed, all_events)
-    write_partition(store, wh, es_c, ds)
+    # read back: do not recompute the merge
+    return read_partition(spark, wh, pf_c, ds), all_events
 
+
+def _consumer_feed(
+    spark: SparkSession,
+    settings: Settings,
+    wh: Storage,
+    ds: dt.date,
+    producer_feed: DataFrame,
+    pushed: DataFrame,
+    incremental: bool,
+    shared: bool,
+) -> DataFrame:
+    """The day's materialized consumer feeds: chosen again from the producer feeds under
+    per-producer coherency, else the previous day's updated with the day's fresh entries, or
+    in full."""
+    k, prev = settings.feed_k, ds - dt.timedelta(days=1)
     if settings.coherency == "per_producer":
         # the diversity window moves with the day: every pushed feed is chosen again from
         # the day's producer feeds (bounded by k_p rows per pushed edge)
-        consumer_feed = consumer_feed_diverse(
+        return consumer_feed_diverse(
             producer_feed,
             pushed,
             k,
             settings.feed_k_per_producer,
             recent_since(ds, settings.diversity_hours),
         )
-    elif incremental:
-        consumer_feed = consumer_feed_incremental(
-            read_partition(spark, wh, cf_c, prev),
+    if incremental:
+        pf_c = contract("feeds", "producer_feed")
+        return consumer_feed_incremental(
+            read_partition(spark, wh, contract("feeds", "consumer_feed"), prev),
             push_edges(read_partition(spark, wh, contract("plan", "edge_plan"), prev)),
             pushed,
             fresh_entries(producer_feed, read_partition(spark, wh, pf_c, prev)),
@@ -419,12 +416,45 @@ def run(
             k,
             shared,
         )
+    return consumer_feed_full(producer_feed, pushed, k, shared)
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    ds: dt.date,
+    wh: Storage,
+    full_refresh: bool = False,
+) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    k = settings.feed_k
+    incremental, why = (
+        (False, "full refresh requested") if full_refresh else can_increment(wh, ds, settings)
+    )
+    log.info("materialize %s: %s (%s)", ds, "incremental" if incremental else "full", why)
+
+    pushed = push_edges(read_partition(spark, wh, contract("plan", "edge_plan"), ds))
+    events = read_partition(spark, wh, contract("clean", "events"), ds)
+    producer_feed, all_events = _producer_feed(spark, wh, ds, events, incremental, k)
+    # topic streams hold events of other producers: a consumer or a view can meet an event
+    # twice, through its author and a topic (one query over producers x k rows)
+    shared = not producer_feed.where(F.col("author_id") != F.col("producer_id")).isEmpty()
+    es_c = contract("feeds", "event_store")
+    if all_events is None:
+        store_prev = read_partition(spark, wh, es_c, ds - dt.timedelta(days=1))
+        store = event_store_incremental(store_prev, events, producer_feed)
     else:
-        consumer_feed = consumer_feed_full(producer_feed, pushed, k, shared)
-    write_partition(consumer_feed, wh, cf_c, ds)
-    vf_c = contract("feeds", "view_feed")
+        store = event_store_full(producer_feed, all_events)
+    write_partition(store, wh, es_c, ds)
+    consumer_feed = _consumer_feed(
+        spark, settings, wh, ds, producer_feed, pushed, incremental, shared
+    )
+    write_partition(consumer_feed, wh, contract("feeds", "consumer_feed"), ds)
     members = read_partition(spark, wh, contract("plan", "view_members"), ds)
-    write_partition(view_feed(producer_feed, members, k, shared), wh, vf_c, ds)
+    write_partition(
+        view_feed(producer_feed, members, k, shared), wh, contract("feeds", "view_feed"), ds
+    )
 
     stats = {
         "mode": "incremental" if incremental else "full",

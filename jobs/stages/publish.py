@@ -36,11 +36,10 @@ class PublishRefused(FeedpipeError, RuntimeError):
     """The day is not complete or did not pass validation."""
 
 
-def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[str, Any]:
-    """Publish ``ds``: switch the day to the version its stages just built (and copy it to
-    ``settings.publish_to``; ``s3``: a boto3 client to do that with instead of the one the
-    environment configures)."""
-    day = versions.working(wh, ds)
+def refuse_unready(day: versions.DayVersion, wh: Storage) -> None:
+    """Refuse a day that failed validation, was not validated, has a stage to run again since
+    it was rebuilt, or misses a published table."""
+    ds = day.ds
     quality = ledger.results_parts(ds)
     if day.results is not None and not day.results.get("success"):
         raise PublishRefused(f"{ds} failed validation ({wh.uri(*quality)}); not publishing")
@@ -60,6 +59,13 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
     if missing:
         raise PublishRefused(f"{ds} is incomplete, missing partitions: {', '.join(missing)}")
 
+
+def manifest_of(settings: Settings, day: versions.DayVersion, wh: Storage) -> dict[str, Any]:
+    """The day's manifest (docs/storage.md): its tables with their rows and run folders, the
+    input accounting, the plan served and every strategy's cost, the stage records and the
+    validation outcome (:func:`refuse_unready` has passed the day: it has results)."""
+    ds = day.ds
+    results = day.results or {}
     tables = {}
     for layer, table in PUBLISHED_TABLES:
         parts = day.parts(contract(layer, table).ref())
@@ -96,18 +102,28 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
         "stages": records,
         "quality": {
             "success": True,
-            "suites": len(day.results.get("suites", {})),
-            "gates": day.results.get("gates", []),
+            "suites": len(results.get("suites", {})),
+            "gates": results.get("gates", []),
             "accepted_gates": sorted(
                 {
                     g["gate"]
-                    for g in day.results.get("gates", [])
+                    for g in results.get("gates", [])
                     if g.get("accepted") and g["passed"] is False
                 }
             ),
-            "results": day.results,
+            "results": results,
         },
     }
+    return manifest
+
+
+def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[str, Any]:
+    """Publish ``ds``: switch the day to the version its stages just built (and copy it to
+    ``settings.publish_to``; ``s3``: a boto3 client to do that with instead of the one the
+    environment configures)."""
+    day = versions.working(wh, ds)
+    refuse_unready(day, wh)
+    manifest = manifest_of(settings, day, wh)
     before = versions.published(wh, ds)
     if settings.publish_to:
         from jobs.stages.publish_s3 import publish_day
