@@ -109,6 +109,52 @@ def snapshot_files(wh: Storage, ds: dt.date, tables: Iterable[tuple[str, ...]]) 
     return rel
 
 
+def upload_snapshot(
+    wh: Storage,
+    ds: dt.date,
+    tables: Iterable[tuple[str, ...]],
+    target: Target,
+    root_key: str,
+    part_mb: float,
+    s3: Any,
+    workers: int,
+) -> dict[str, int]:
+    """Upload the day's files under ``root_key`` in parallel and check the listing of what
+    arrived against them; returns each key with its size. Any failure is a
+    :class:`PublishFailed` (the pointers have not moved)."""
+    files = snapshot_files(wh, ds, tables)
+    part_bytes = max(1, int(part_mb * 1024 * 1024))
+    expected: dict[str, int] = {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            pool.submit(
+                upload, s3, wh.fs, wh.path(rel), target.bucket, f"{root_key}/{rel}", part_bytes
+            ): rel
+            for rel in files
+        }
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in pending:
+            f.cancel()
+        failed = [f for f in done if f.exception() is not None]
+        if failed:
+            ok = sum(1 for f in done if f.exception() is None)
+            raise PublishFailed(
+                f"publishing {ds} to {target.uri()} failed after {ok} of {len(files)} "
+                f"files ({futures[failed[0]]}: {failed[0].exception()}); "
+                "the published pointers still name the previous snapshot"
+            ) from failed[0].exception()
+        for f, rel in futures.items():
+            expected[f"{root_key}/{rel}"] = f.result()
+    found = listing(s3, target.bucket, root_key + "/")
+    if found != expected:
+        bad = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
+        raise PublishFailed(
+            f"the listing of {target.uri(root_key[len(target.prefix) :])} does not match "
+            f"what was uploaded ({len(bad)} keys differ, e.g. {bad[:3]})"
+        )
+    return expected
+
+
 def publish_day(
     wh: Storage,
     ds: dt.date,
@@ -128,38 +174,7 @@ def publish_day(
     stats: dict[str, Any] = {"target": target.uri(), "files": 0, "bytes": 0}
     if wh.is_local:
         root_key = f"{day_prefix}/{snapshot}"
-        files = snapshot_files(wh, ds, tables)
-        part_bytes = max(1, int(part_mb * 1024 * 1024))
-        expected: dict[str, int] = {}
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {
-                pool.submit(
-                    upload, s3, wh.fs, wh.path(rel), target.bucket, f"{root_key}/{rel}", part_bytes
-                ): rel
-                for rel in files
-            }
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in pending:
-                f.cancel()
-            failed = [f for f in done if f.exception() is not None]
-            if failed:
-                ok = sum(1 for f in done if f.exception() is None)
-                raise PublishFailed(
-                    f"publishing {ds} to {target.uri()} failed after {ok} of {len(files)} "
-                    f"files ({futures[failed[0]]}: {failed[0].exception()}); "
-                    "the published pointers still name the previous snapshot"
-                ) from failed[0].exception()
-            for f, rel in futures.items():
-                expected[f"{root_key}/{rel}"] = f.result()
-        found = listing(s3, target.bucket, root_key + "/")
-        if found != expected:
-            bad = sorted(
-                k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k)
-            )
-            raise PublishFailed(
-                f"the listing of {target.uri(root_key[len(target.prefix) :])} does not match "
-                f"what was uploaded ({len(bad)} keys differ, e.g. {bad[:3]})"
-            )
+        expected = upload_snapshot(wh, ds, tables, target, root_key, part_mb, s3, workers)
         root = f"s3://{target.bucket}/{root_key}"
         stats.update(files=len(expected), bytes=sum(expected.values()))
         published = dict(manifest)
