@@ -437,6 +437,8 @@ def _add_report(verbs: Verbs) -> None:
 
 
 def _add_evaluate(verbs: Verbs) -> None:
+    from jobs.evaluation.experiments import EXPERIMENTS
+
     rp = verbs.add(
         "evaluate",
         "replay every strategy's plan of each day on the next day: realized against "
@@ -447,11 +449,9 @@ def _add_evaluate(verbs: Verbs) -> None:
     rp.add_argument(
         "--experiment",
         metavar="NAME",
-        help="instead of a replay: all, or one of ff-fig4 (cost vs query:event ratio), "
-        "ff-fig5 (skew), ff-fig6 (push threshold vs latency), ff-fig9 (fan-out), "
-        "ff-fig10 (flash event) on generated ff2010 workloads; cz-fig4b (data size), "
-        "cz-fig6a..d (follow-set skew, feed skew, query/update ratio, following size) on "
-        "cz2015 workloads (docs/evaluation.md)",
+        help="instead of a replay: all, or one of "
+        + "; ".join(f"{name} ({what})" for name, what in EXPERIMENTS.items())
+        + " (ff-*: generated ff2010 workloads, cz-*: cz2015; docs/evaluation.md)",
     )
     rp.add_argument(
         "--scale",
