@@ -302,34 +302,18 @@ def generate(
     vocab = Vocabulary.of(profile)
     if pop.flash.size:
         log.info("flash producers on day %d: %s", profile.flash_day, list(user_ids(pop.flash)))
+    spec = Writing(storage, pop, fmt, gzip_text, seed, block, consumer_ids, producer_ids, vocab)
     stats = []
     for i in range(days):
         day = start + dt.timedelta(days=i)
         if i == 0:
-            rows = _write_snapshot(
-                storage, day, edges, consumer_ids, producer_ids, P, fmt["follows"], gzip_text, seed
-            )
+            rows = _write_snapshot(spec, day, edges)
             if profile.topics:
-                rows += _write_topics(storage, day, profile, vocab, consumer_ids, seed, fmt)
+                rows += _write_topics(spec, day)
         else:
-            edges, rows = _write_changes(
-                storage,
-                day,
-                i,
-                edges,
-                pop,
-                consumer_ids,
-                producer_ids,
-                fmt["follows"],
-                gzip_text,
-                seed,
-            )
-        n_events = _write_events(
-            storage, day, i, pop, producer_ids, fmt["events"], gzip_text, seed, block, vocab
-        )
-        n_views = _write_views(
-            storage, day, i, pop, consumer_ids, fmt["views"], gzip_text, seed, block
-        )
+            edges, rows = _write_changes(spec, day, i, edges)
+        n_events = _write_events(spec, day, i)
+        n_views = _write_views(spec, day, i)
         stats.append(DayStats(day, int(edges.size), rows, n_events, n_views))
         log.info(
             "%s: %d edges, %d follow rows, %d events, %d views",
@@ -348,10 +332,30 @@ def _edge_table(
     return _dict_ids(keys // P, cids), _dict_ids(keys % P, pids)
 
 
-def _write_snapshot(storage, day, edges, cids, pids, P, fmt, gz, seed) -> int:
-    rng = day_rng(seed, 0, 0)
-    with LandingWriter(storage, "follows", day, fmt, gz) as w:
-        c, p = _edge_table(edges, P, cids, pids)
+@dataclass(frozen=True)
+class Writing:
+    """What every day's writer shares: where, in which format per table, the population with
+    its ids and topic vocabulary, the seed and the block of ids drawn at a time."""
+
+    storage: Storage
+    pop: Population
+    formats: dict[str, str]
+    gzip_text: bool
+    seed: int
+    block: int
+    consumer_ids: pa.Array
+    producer_ids: pa.Array
+    vocab: Vocabulary | None
+
+    def writer(self, table: str, day: dt.date) -> LandingWriter:
+        return LandingWriter(self.storage, table, day, self.formats[table], self.gzip_text)
+
+
+def _write_snapshot(spec: Writing, day: dt.date, edges: np.ndarray) -> int:
+    rng = day_rng(spec.seed, 0, 0)
+    with spec.writer("follows", day) as w:
+        P = spec.pop.profile.producers
+        c, p = _edge_table(edges, P, spec.consumer_ids, spec.producer_ids)
         start = (
             int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()) * 1_000_000
         )
@@ -361,9 +365,10 @@ def _write_snapshot(storage, day, edges, cids, pids, P, fmt, gz, seed) -> int:
 
 
 def _write_changes(
-    storage, day, i, edges, pop, cids, pids, fmt, gz, seed
+    spec: Writing, day: dt.date, i: int, edges: np.ndarray
 ) -> tuple[np.ndarray, int]:
-    rng = day_rng(seed, i, 0)
+    rng = day_rng(spec.seed, i, 0)
+    pop = spec.pop
     P = pop.profile.producers
     n = max(1, round(edges.size * pop.profile.unfollow_share))
     gone = rng.choice(edges, size=min(n, edges.size), replace=False)
@@ -376,8 +381,8 @@ def _write_changes(
     ops = np.array(["unfollow"] * gone.size + ["follow"] * (new.size + again.size))
     ts = uniform_times(day, keys.size, rng)
     order = np.argsort(ts, kind="stable")
-    c, p = _edge_table(keys[order], P, cids, pids)
-    with LandingWriter(storage, "follows", day, fmt, gz) as w:
+    c, p = _edge_table(keys[order], P, spec.consumer_ids, spec.producer_ids)
+    with spec.writer("follows", day) as w:
         w.write(
             pa.table(
                 {
@@ -397,14 +402,15 @@ def _blocks(n: int, block: int) -> Iterator[np.ndarray]:
         yield np.arange(lo, min(n, lo + block))
 
 
-def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block, vocab=None) -> int:
-    rng = day_rng(seed, i, 1)
-    attr_rng = day_rng(seed, i, 3)  # its own stream: the other columns do not change
-    with LandingWriter(storage, "events", day, fmt, gz) as w:
+def _write_events(spec: Writing, day: dt.date, i: int) -> int:
+    rng = day_rng(spec.seed, i, 1)
+    attr_rng = day_rng(spec.seed, i, 3)  # its own stream: the other columns do not change
+    pop, vocab, fmt = spec.pop, spec.vocab, spec.formats["events"]
+    with spec.writer("events", day) as w:
         seq = 0
         tag = day.strftime("%Y%m%d")
         rates = pop.event_rates(i)
-        for ids in _blocks(pop.profile.producers, block):
+        for ids in _blocks(pop.profile.producers, spec.block):
             counts = rng.poisson(rates[ids] * 24.0)
             prod = np.repeat(ids, counts)
             n = prod.size
@@ -417,7 +423,7 @@ def _write_events(storage, day, i, pop, pids, fmt, gz, seed, block, vocab=None) 
             payload = np.char.add("post ", nums.astype(str))
             columns = {
                 "event_id": pa.array(event_ids),
-                "producer_id": _dict_ids(prod, pids),
+                "producer_id": _dict_ids(prod, spec.producer_ids),
                 "created_at": _ts_array(ts),
                 "payload": pa.array(payload),
             }
@@ -440,11 +446,11 @@ def _empty_events() -> pa.Table:
     )
 
 
-def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
-    rng = day_rng(seed, i, 2)
-    with LandingWriter(storage, "views", day, fmt, gz) as w:
-        rates = pop.view_rates(i)
-        for ids in _blocks(pop.profile.consumers, block):
+def _write_views(spec: Writing, day: dt.date, i: int) -> int:
+    rng = day_rng(spec.seed, i, 2)
+    with spec.writer("views", day) as w:
+        rates = spec.pop.view_rates(i)
+        for ids in _blocks(spec.pop.profile.consumers, spec.block):
             counts = rng.poisson(rates[ids] * 24.0)
             cons = np.repeat(ids, counts)
             if cons.size == 0:
@@ -452,7 +458,7 @@ def _write_views(storage, day, i, pop, cids, fmt, gz, seed, block) -> int:
             w.write(
                 pa.table(
                     {
-                        "consumer_id": _dict_ids(cons, cids),
+                        "consumer_id": _dict_ids(cons, spec.consumer_ids),
                         "viewed_at": _ts_array(uniform_times(day, cons.size, rng)),
                     }
                 )
@@ -563,10 +569,12 @@ def topic_table(profile: Profile, vocab: Vocabulary, seed: int) -> pa.Table:
     return pa.table({"topic_id": pa.array(topic_ids(np.arange(n))), "predicate": pa.array(preds)})
 
 
-def _write_topics(storage, day, profile, vocab, cids, seed, fmt) -> int:
+def _write_topics(spec: Writing, day: dt.date) -> int:
     """Day 1's topic definitions, and their followers added to the follows snapshot (as a
     second file of it): ``topic_follows`` per consumer on average, by Zipf(0.8) popularity."""
-    with LandingWriter(storage, "topics", day, "csv", False) as w:
+    profile, vocab, seed = spec.pop.profile, spec.vocab, spec.seed
+    assert vocab is not None  # a profile with topics has their vocabulary
+    with LandingWriter(spec.storage, "topics", day, "csv", False) as w:
         w.write(topic_table(profile, vocab, seed))
     rng = np.random.default_rng([seed, 0, 5])
     C, T = profile.consumers, profile.topics
@@ -574,12 +582,13 @@ def _write_topics(storage, day, profile, vocab, cids, seed, fmt) -> int:
     keys = np.unique(
         rng.integers(0, C, size=n).astype(np.int64) * T + rng.choice(T, size=n, p=_zipf_p(T, 0.8))
     )
-    with LandingWriter(storage, "follows", day, fmt["follows"], False, part=1) as follows:
+    fmt = spec.formats["follows"]
+    with LandingWriter(spec.storage, "follows", day, fmt, False, part=1) as follows:
         ts = uniform_times(day - dt.timedelta(days=1), keys.size, rng)
         follows.write(
             pa.table(
                 {
-                    "consumer_id": _dict_ids(keys // T, cids),
+                    "consumer_id": _dict_ids(keys // T, spec.consumer_ids),
                     "producer_id": pa.array(topic_ids(keys % T)),
                     "ts": _ts_array(ts),
                 }
