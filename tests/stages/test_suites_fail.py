@@ -255,10 +255,10 @@ def _feed_corruptions(table: str, key: str) -> dict:
     def second():  # a column needs the session, which a module-level table does not have
         return F.col("rank") == 2
 
+    required = [c for c in contract(*table.split("/")).required if c != "rank"]
     return {
-        key: lambda t: {table: _null(t[table], key)},
-        "event_id": lambda t: {table: _null(t[table], "event_id")},
-        "created_at": lambda t: {table: _null(t[table], "created_at")},
+        **{c: (lambda c: lambda t: {table: _null(t[table], c)})(c) for c in required},
+        "rank/not-null": lambda t: {table: _null(t[table], "rank")},
         # a feed's second row takes rank 1: two rows of one rank
         "rank_unique": lambda t: {
             table: t[table].withColumn("rank", F.when(second(), 1).otherwise(F.col("rank")))
@@ -386,22 +386,26 @@ CORRUPTIONS = {
     | {"event_unique": lambda t: {"feeds/event_store": _again(t["feeds/event_store"])}},
 }
 """Per table suite, one corruption of the day's tables for each of its expectations (keyed by
-the column the expectation checks; ``/unique`` where two check one column)."""
+the column the expectation checks; ``/unique`` or ``/not-null`` where two check one column;
+a feed table's not-nulls are its contract's required columns)."""
 
 
 def _key(f: dict) -> str:
     kw = f["kwargs"]
     key = kw.get("column") or kw.get("column_A") or ",".join(kw.get("column_list", []))
     unique = f["expectation"] in ("expect_column_values_to_be_unique",)
-    return f"{key}/unique" if unique and key in ("event_id", "producer_id", "consumer_id") else key
+    if unique and key in ("event_id", "producer_id", "consumer_id"):
+        return f"{key}/unique"
+    # a feed's rank is checked twice: present, and within 1..k
+    not_null = f["expectation"] == "expect_column_values_to_not_be_null"
+    return f"{key}/not-null" if not_null and key == "rank" else key
 
 
 def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy):
-    """Each of the table suites' 57 expectations, on the churn day's tables with one
+    """Each of the table suites' 64 expectations, on the churn day's tables with one
     corruption made for it, and the row accounting's two on a lost row and a lost count: each
     fails (on Great Expectations' pandas engine; the test above shows both engines agree and
     the gates failing on corrupted counts): every expectation of every suite fails."""
-    import json
 
     wh = Storage.at(built_copy.warehouse)
     tables = {
@@ -418,11 +422,11 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
     )
     declared = {}
     for path in schemas_root().joinpath("expectations").glob("*.json"):
-        spec = json.loads(path.read_text())
+        spec = validate.load_suite(path.stem)  # with the not-nulls the contracts require
         declared[spec["name"]] = sorted(
             _key({"expectation": e["type"], "kwargs": e["kwargs"]}) for e in spec["expectations"]
         )
-    assert sum(map(len, declared.values())) == 60
+    assert sum(map(len, declared.values())) == 67
     covered = {n: sorted(c) for n, c in CORRUPTIONS.items()}
     assert covered == {n: k for n, k in declared.items() if n in checks.table_checks(tables, True)}
     good = checks.table_checks(tables, True)
