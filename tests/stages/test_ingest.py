@@ -17,6 +17,8 @@ from jobs.common.config import Settings
 from jobs.common.storage import Storage
 from jobs.common.tables import ContractError, contract, has_partition, read_partition
 from jobs.stages import ingest
+from jobs.stages.landing_files import landing_errors
+from jobs.stages.rules import IngestRejected
 from support.once import private_copy
 
 D1, D2 = dt.date(2026, 3, 1), dt.date(2026, 3, 2)
@@ -40,7 +42,7 @@ def ingest_one(spark, settings, ds: dt.date, table: str) -> dict:
     recorded as the day's ingest; returns the table's row accounting."""
     wh = Storage.at(settings.warehouse)
     ledger.withdraw(wh, ds, "ingest")
-    with versions.stage_run(ds) as run, ingest.landing_errors():
+    with versions.stage_run(ds) as run, landing_errors():
         counts, _ = ingest.ingest_table(
             spark, settings, ds, wh, Storage.at(settings.landing), table
         )
@@ -342,7 +344,7 @@ def test_too_many_bad_rows_hold_the_table_back(spark, make_settings):
     with (
         versions.stage_run(D1),
         pytest.raises(
-            ingest.IngestRejected, match=r"views: 2 of 3 rows \(66.7%\).*bad_timestamp 2"
+            IngestRejected, match=r"views: 2 of 3 rows \(66.7%\).*bad_timestamp 2"
         ) as rejected,
     ):
         ingest.run(spark, s, D1, wh)

@@ -25,7 +25,7 @@ from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
 from jobs.serving.report import html_report
 from jobs.stages import runner
-from jobs.stages.ingest import TopicsUnsupported
+from jobs.stages.ingest_topics import TopicsUnsupported
 from support import naive
 from support.strategies import author_of, check_topic_feeds, naive_topic_feeds
 from support.workloads import (

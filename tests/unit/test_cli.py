@@ -226,8 +226,10 @@ def test_every_error_feedpipe_explains_is_one_line_and_a_defect_keeps_its_traceb
     from jobs.common.versions import LegacyLayout
     from jobs.serving.published import NotPublished
     from jobs.serving.reader import FeedError
-    from jobs.stages.ingest import IngestRejected, LandingError, TopicsUnsupported
+    from jobs.stages.ingest_topics import TopicsUnsupported
+    from jobs.stages.landing_files import LandingError
     from jobs.stages.publish import PublishRefused
+    from jobs.stages.rules import IngestRejected
     from jobs.stages.validate import ValidationFailed
     from jobs.workloads.importers import SourceError
 
