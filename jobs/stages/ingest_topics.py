@@ -62,6 +62,51 @@ def account_ids(spark: SparkSession, wh: Storage, ds: dt.date) -> DataFrame:
     return ids.distinct()
 
 
+NO_TOPICS: dict[str, Any] = dict(
+    rows_in=0,
+    clean=0,
+    duplicates=0,
+    quarantined=0,
+    quarantine_reasons={},
+    snapshot=False,
+    carried=0,
+    matches=0,
+    matched_events=0,
+    matched_topics=0,
+)
+"""The topic accounting of a day with no definition landed or in force."""
+
+
+def definitions(
+    spark: SparkSession, wh: Storage, landing: Storage, ds: dt.date, snapshot: bool
+) -> tuple[DataFrame, int]:
+    """The definitions to check on ``ds`` (``topic_id, predicate, _file, _corrupt_text,
+    defined_on``) and how many rows landed: the day's ``topics`` files when it has the folder
+    (``snapshot``), else the previous day's definitions in force (none landed)."""
+    from pyspark.sql import functions as F
+
+    if snapshot:
+        raw, _ = read_landing(spark, landing, "topics", ds)
+        raw = raw if raw is not None else empty_landing(spark, "topics")
+        rows = raw.select("topic_id", "predicate", "_file", "_corrupt_text").withColumn(
+            "defined_on", F.lit(ds)
+        )
+        return rows, raw.count()
+    prev, tp_c = ds - dt.timedelta(days=1), contract("clean", "topics")
+    if has_partition(wh, tp_c, prev):
+        return read_partition(spark, wh, tp_c, prev).select(
+            "topic_id",
+            "predicate",
+            F.lit(f"clean/topics ds={prev}").alias("_file"),
+            F.lit(None).cast("string").alias("_corrupt_text"),
+            "defined_on",
+        ), 0
+    return spark.createDataFrame(
+        [],
+        "topic_id string, predicate string, _file string, _corrupt_text string, defined_on date",
+    ), 0
+
+
 def ingest_topics(
     spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, landing: Storage
 ) -> dict[str, Any]:
@@ -80,29 +125,7 @@ def ingest_topics(
     tp_c, te_c = contract("clean", "topics"), contract("clean", "topic_events")
     snapshot = landing.is_dir("topics", ds_dir(ds))
     carried = 0
-    if snapshot:
-        raw, _ = read_landing(spark, landing, "topics", ds)
-        raw = raw if raw is not None else empty_landing(spark, "topics")
-        rows = raw.select("topic_id", "predicate", "_file", "_corrupt_text").withColumn(
-            "defined_on", F.lit(ds)
-        )
-        rows_in = raw.count()
-    else:
-        rows_in = 0
-        if has_partition(wh, tp_c, prev):
-            rows = read_partition(spark, wh, tp_c, prev).select(
-                "topic_id",
-                "predicate",
-                F.lit(f"clean/topics ds={prev}").alias("_file"),
-                F.lit(None).cast("string").alias("_corrupt_text"),
-                "defined_on",
-            )
-        else:
-            rows = spark.createDataFrame(
-                [],
-                "topic_id string, predicate string, _file string, "
-                "_corrupt_text string, defined_on date",
-            )
+    rows, rows_in = definitions(spark, wh, landing, ds, snapshot)
     landed_or_kept = rows_in if snapshot else partition_rows(wh, tp_c, prev)
     if landed_or_kept == 0:
         # no definitions, the usual day of an accounts-only application: three empty tables,
@@ -117,18 +140,7 @@ def ingest_topics(
         write_partition(empty_frame(spark, tp_c), wh, tp_c, ds)
         write_partition(empty_frame(spark, te_c), wh, te_c, ds)
         log.info("ingest topics %s: none in force", ds)
-        return dict(
-            rows_in=0,
-            clean=0,
-            duplicates=0,
-            quarantined=0,
-            quarantine_reasons={},
-            snapshot=snapshot,
-            carried=0,
-            matches=0,
-            matched_events=0,
-            matched_topics=0,
-        )
+        return {**NO_TOPICS, "snapshot": snapshot, "quarantine_reasons": {}}
     accounts = account_ids(spark, wh, ds)
     tagged = tag_definitions(rows, accounts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
