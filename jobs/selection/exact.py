@@ -80,19 +80,25 @@ class Solution:
         return (cost - self.bound) / self.bound if self.bound > 0 else 0.0
 
 
-def solve(
-    p: Problem, views: Iterable[Feeds], relax: bool = False, time_limit: float = 60.0
-) -> Solution:
-    """The minimum-cost plan over ``views`` (see the module's docstring), or with ``relax``
-    the LP relaxation's value as ``bound``: when the LP's solution is integral it is the
-    optimum (``optimal``, with its plan), else ``views`` are those it uses at all and there is
-    no plan. ``time_limit`` seconds of HiGHS for the integer program (the LP has none); when
-    it runs out, ``cost`` is the best plan found and ``bound`` HiGHS' dual bound."""
-    import time
+@dataclass(frozen=True)
+class _Program:
+    """The integer program of :func:`solve`: each variable's cost, what the variables stand
+    for (a view's ``x``, a user's read of a view ``y``, a user's read of a native feed ``n``),
+    the users planned and the constraints (cover rows, ``y <= x`` links)."""
 
+    cost: list[float]
+    x_of: dict[Feeds, int]
+    y_of: dict[int, tuple[str, Feeds]]
+    n_of: dict[int, tuple[str, str]]
+    users: list[str]
+    constraints: list[Any]
+
+
+def _program(p: Problem, views: Iterable[Feeds]) -> _Program:
+    """Variables and constraints of the view selection program over ``views`` (Eq. 3-5)."""
     import numpy as np
     from scipy import sparse
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import LinearConstraint
 
     H, L = p.push_cost, p.pull_cost
     pool = sorted({v for v in views if len(v) > 1}, key=lambda v: (-len(v), sorted(v)))
@@ -148,6 +154,26 @@ def solve(
             shape=(k, n),
         ).tocsr()
         constraints.append(LinearConstraint(link, -np.inf, 0))
+    return _Program(cost, x_of, y_of, n_of, users, constraints)
+
+
+def solve(
+    p: Problem, views: Iterable[Feeds], relax: bool = False, time_limit: float = 60.0
+) -> Solution:
+    """The minimum-cost plan over ``views`` (see the module's docstring), or with ``relax``
+    the LP relaxation's value as ``bound``: when the LP's solution is integral it is the
+    optimum (``optimal``, with its plan), else ``views`` are those it uses at all and there is
+    no plan. ``time_limit`` seconds of HiGHS for the integer program (the LP has none); when
+    it runs out, ``cost`` is the best plan found and ``bound`` HiGHS' dual bound."""
+    import time
+
+    import numpy as np
+    from scipy.optimize import Bounds, milp
+
+    prog = _program(p, views)
+    cost, x_of, y_of, n_of, users = prog.cost, prog.x_of, prog.y_of, prog.n_of, prog.users
+    constraints = prog.constraints
+    n = len(cost)
     if n == 0:
         return Solution(0.0, 0.0, True, [], {u: [] for u in users}, 0.0)
     t = time.perf_counter()
