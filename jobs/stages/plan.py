@@ -260,6 +260,99 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
         return _run(spark, settings, ds, wh)
 
 
+def view_table(served: DataFrame, members: DataFrame, chosen: str) -> DataFrame:
+    """``plan/views``: each view of the served plan with its producers, the events per hour
+    pushed into it, and how many consumers read it."""
+    from pyspark.sql import functions as F
+
+    readers = (
+        served.where(F.col("mode") == "view")
+        .groupBy(F.col("source_id").alias("view_id"))
+        .agg(F.count_distinct("consumer_id").alias("n_consumers"))
+    )
+    return (
+        members.groupBy("view_id")
+        .agg(
+            F.count("*").alias("n_producers"),
+            exact_sum(F.col("phi")).alias("events_per_hour"),
+        )
+        .join(readers, "view_id", "left")
+        .select(
+            "view_id",
+            F.lit(chosen).alias("strategy"),
+            "n_producers",
+            "events_per_hour",
+            F.coalesce("n_consumers", F.lit(0)).alias("n_consumers"),
+        )
+    )
+
+
+def part_outcome(part_rows: DataFrame, strategies: list[str]) -> dict[str, dict[str, int]]:
+    """Per shared-view strategy: its parts, and how many fell back to FF-PerPair or got the
+    LP's optimum (a few rows reach the driver)."""
+    from pyspark.sql import functions as F
+
+    outcome = (
+        part_rows.where(F.col("kind") == "p")
+        .groupBy("strategy", "mode")
+        .agg(F.count("*").alias("n"))
+        .collect()  # at most three rows per shared-view strategy
+    )
+    parts = {s: {"parts": 0, "fallback_parts": 0, "optimal_parts": 0} for s in strategies}
+    for r in outcome:
+        parts[r["strategy"]]["parts"] += r["n"]
+        if r["mode"] in ("fallback", "optimal"):
+            parts[r["strategy"]][f"{r['mode']}_parts"] += r["n"]
+    return parts
+
+
+def served_strategy(rows: dict[str, dict[str, Any]], forced: str | None) -> tuple[str, str]:
+    """The strategy served (``forced``, else the cheapest; ties in ``STRATEGIES`` order) and
+    the cheapest, with a warning when a forced strategy costs more."""
+    order = [s for s in STRATEGIES if s in rows]
+    chosen = cost.choose({s: r["total_cost"] for s, r in rows.items()}, order, forced)
+    cheapest = cost.choose({s: r["total_cost"] for s, r in rows.items()}, order)
+    if forced and rows[cheapest]["total_cost"] < rows[chosen]["total_cost"]:
+        log.warning(
+            "strategy %s is forced by configuration; %s would cost %.3f instead of %.3f per hour",
+            chosen,
+            cheapest,
+            rows[cheapest]["total_cost"],
+            rows[chosen]["total_cost"],
+        )
+    return chosen, cheapest
+
+
+def certified(costs: DataFrame, chosen: str, bound_value: float, kind: str) -> DataFrame:
+    """``plan/plan_cost``: each strategy's costs, whether it is served, the day's certified
+    lower bound and how far above it the strategy is."""
+    from pyspark.sql import functions as F
+
+    lb = F.lit(bound_value)
+    return costs.select(
+        "*",
+        F.coalesce(F.col("strategy") == chosen, F.lit(False)).alias("chosen"),
+        lb.alias("lower_bound"),
+        F.lit(kind).alias("bound"),
+        F.when(lb > 0, (F.col("total_cost") - lb) / lb).alias("gap"),
+    )
+
+
+def certificate_record(
+    cert: bound.Certificate, bound_value: float, served_cost: float
+) -> dict[str, Any]:
+    """The plan record's ``certificate``: the bound, how it was computed, the served plan's
+    gap above it."""
+    return {
+        "lower_bound": bound_value,
+        "bound": cert.kind,
+        "max_followers": cert.max_followers,
+        "pairs": cert.pairs,
+        "computed": cert.where,
+        "gap": (served_cost - bound_value) / bound_value if bound_value else None,
+    }
+
+
 def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -276,17 +369,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
     collected = costs.collect()
     rows = {r["strategy"]: r.asDict() for r in collected}
     forced = None if settings.strategy == "auto" else settings.strategy
-    order = [s for s in STRATEGIES if s in rows]
-    chosen = cost.choose({s: r["total_cost"] for s, r in rows.items()}, order, forced)
-    cheapest = cost.choose({s: r["total_cost"] for s, r in rows.items()}, order)
-    if forced and rows[cheapest]["total_cost"] < rows[chosen]["total_cost"]:
-        log.warning(
-            "strategy %s is forced by configuration; %s would cost %.3f instead of %.3f per hour",
-            chosen,
-            cheapest,
-            rows[cheapest]["total_cost"],
-            rows[chosen]["total_cost"],
-        )
+    chosen, cheapest = served_strategy(rows, forced)
 
     started = time.perf_counter()
     cert = bound.lower_bound(plans.edges, PlanParams.of(settings).model, settings.bound_pairs)
@@ -294,14 +377,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
     # rounded down as the costs are rounded (cost.COST_DECIMALS): still a bound, and never
     # above a strategy whose rounded cost equals it
     bound_value = math.floor(cert.cost * 10**cost.COST_DECIMALS) / 10**cost.COST_DECIMALS
-    lb = F.lit(bound_value)
-    plan_cost = costs.select(
-        "*",
-        F.coalesce(F.col("strategy") == chosen, F.lit(False)).alias("chosen"),
-        lb.alias("lower_bound"),
-        F.lit(cert.kind).alias("bound"),
-        F.when(lb > 0, (F.col("total_cost") - lb) / lb).alias("gap"),
-    )
+    plan_cost = certified(costs, chosen, bound_value, cert.kind)
     write_partition(plan_cost, wh, contract("plan", "plan_cost"), ds)
     costs.unpersist()
     served = stacked.where(F.col("strategy") == chosen)
@@ -310,45 +386,11 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
     sources = consumer_sources(served, views=chosen in SHARED_VIEW_STRATEGIES)
     write_partition(sources, wh, contract("plan", "consumer_sources"), ds)
     members = shared_members.where(F.col("strategy") == chosen)
-    readers = (
-        served.where(F.col("mode") == "view")
-        .groupBy(F.col("source_id").alias("view_id"))
-        .agg(F.count_distinct("consumer_id").alias("n_consumers"))
-    )
-    views = (
-        members.groupBy("view_id")
-        .agg(
-            F.count("*").alias("n_producers"),
-            exact_sum(F.col("phi")).alias("events_per_hour"),
-        )
-        .join(readers, "view_id", "left")
-        .select(
-            "view_id",
-            F.lit(chosen).alias("strategy"),
-            "n_producers",
-            "events_per_hour",
-            F.coalesce("n_consumers", F.lit(0)).alias("n_consumers"),
-        )
-    )
-    write_partition(views, wh, contract("plan", "views"), ds)
+    write_partition(view_table(served, members, chosen), wh, contract("plan", "views"), ds)
     write_partition(
         members.select("view_id", "producer_id"), wh, contract("plan", "view_members"), ds
     )
-    outcome = (
-        part_rows.where(F.col("kind") == "p")
-        .groupBy("strategy", "mode")
-        .agg(F.count("*").alias("n"))
-        .collect()  # at most three rows per shared-view strategy
-    )
-    parts = {
-        s: {"parts": 0, "fallback_parts": 0, "optimal_parts": 0}
-        for s in SHARED_VIEW_STRATEGIES
-        if s in rows
-    }
-    for r in outcome:
-        parts[r["strategy"]]["parts"] += r["n"]
-        if r["mode"] in ("fallback", "optimal"):
-            parts[r["strategy"]][f"{r['mode']}_parts"] += r["n"]
+    parts = part_outcome(part_rows, [s for s in SHARED_VIEW_STRATEGIES if s in rows])
     for name, seconds in plans.timings.items():
         parts.setdefault(name, {})["seconds"] = seconds  # type: ignore[assignment]
 
@@ -371,14 +413,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         "inactive_consumers": rows[chosen].get("inactive_consumers"),
         "shared_view_parts": parts,
         "certificate": {
-            "lower_bound": bound_value,
-            "bound": cert.kind,
-            "max_followers": cert.max_followers,
-            "pairs": cert.pairs,
-            "computed": cert.where,
-            "gap": (rows[chosen]["total_cost"] - bound_value) / bound_value
-            if bound_value
-            else None,
+            **certificate_record(cert, bound_value, rows[chosen]["total_cost"]),
             "seconds": cert_seconds,
         },
         # the latency distribution of every strategy (cost.SOURCE_BUCKETS), for the report
