@@ -313,19 +313,23 @@ def check_plugin_pages(af, warehouse: Path, days: list[dt.date]) -> None:
     assert af.request("GET", "/feedpipe/", auth=False)[0] == 401
     status, index = af.request("GET", "/feedpipe/")
     assert status == 200, index
-    listed = re.findall(r"href='days/(\d{4}-\d\d-\d\d)'", index)
+    listed = re.findall(r"href=[\"']days/(\d{4}-\d\d-\d\d)[\"']", index)
     assert listed == [str(d) for d in sorted(days, reverse=True)]
     assert index.count("not published") == 0
     for ds in days:
         status, page = af.request("GET", f"/feedpipe/days/{ds}")
         assert status == 200, page
-        assert "id='status' class='ok'>published" in page
-        assert "id='quality' class='ok'>all suites passed" in page
+        assert re.search(r"id=[\"']status[\"'] class=[\"']ok[\"']>published<", page)
+        assert re.search(r"id=[\"']quality[\"'] class=[\"']ok[\"']>all suites passed<", page)
         cost = pq.read_table(
             version(warehouse, "plan", "plan_cost", ds, published=True)
         ).to_pylist()
         for r in cost:
-            row = re.search(rf"<tr class='\w*' data-strategy='{r['strategy']}'>(.*?)</tr>", page)
+            row = re.search(
+                rf"<tr class=[\"']\w*[\"'] data-strategy=[\"']{r['strategy']}[\"']>(.*?)</tr>",
+                page,
+                re.S,
+            )
             assert row, r["strategy"]
             # numbers as the page shows them, with thousands separators
             cells = [c.replace(",", "") for c in re.findall(r"<td[^>]*>([^<]*)", row.group(1))]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,9 @@ def test_ingest_keeps_the_definitions_in_force_and_quarantines_the_bad_ones(spar
         assert rec["topics"]["matches"] == len(expected_streams(s.landing)[str(d)])
     # the day's page shows them
     page = html_report(wh, DAYS[0])
-    table = page.split("<table id='topics'>", 1)[1].split("</table>", 1)[0]
+    found = re.search(r"<table id=[\"']topics[\"']>(.*?)</table>", page, re.S)
+    assert found, "the day's page has no topics table"
+    table = found.group(1)
     assert f"<td>{len(good)}</td>" in table and "conflicting_definition 2" in table
     assert f"<td>{len(expected_streams(s.landing)[str(DAYS[0])])}</td>" in table
 
