@@ -190,54 +190,74 @@ def estimate(
     its write: ``write_partition(keep=False)``); without it they are computed twice. The
     prior is computed here, by one small action (:func:`population`)."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     win = Window(tuple(sorted(set(offsets))), params.half_life_days)
-    hours = win.hours
-    tb = win.t_bar
-    per_id = per_id_sums(daily, ids, id_col, tb, params.half_life_days, carried)
+    per_id = per_id_sums(daily, ids, id_col, win.t_bar, params.half_life_days, carried)
     extra = [c for c in per_id.columns if c not in (id_col, "n", "n_today", "s0", "s1", "s2n")]
     if kept is not None:
         per_id = per_id.persist(StorageLevel.MEMORY_AND_DISK)
         kept.append(per_id)
 
     if params.method == "trailing_mean":
-        return per_id.select(
-            id_col,
-            (F.col("n") / F.lit(hours)).alias("rate"),
-            (F.sqrt(F.col("n")) / F.lit(hours)).alias("rate_sd"),
-            F.lit(None).cast("double").alias("prior_rate"),
-            F.lit(0.0).alias("trend_per_day"),
-            "n",
-            "n_today",
-            *extra,
-        )
-
+        return _trailing_mean(per_id, id_col, win.hours, extra)
     if params.method == "trailing_mean_prior":
-        mean = population(
-            per_id.agg(
-                F.greatest(
-                    F.try_divide(F.sum("n").cast("double"), F.count("*") * F.lit(hours)),
-                    F.lit(params.rate_floor),
-                ).alias("prior_rate")
-            )
-        )
-        tau = params.prior_hours
-        prior_rate = mean["prior_rate"]
-        rate = (F.col("n") + prior_rate * F.lit(tau)) / F.lit(hours + tau)
-        return per_id.select(
-            id_col,
-            rate.alias("rate"),
-            (F.sqrt(F.col("n") + prior_rate * F.lit(tau)) / F.lit(hours + tau)).alias("rate_sd"),
-            F.coalesce(prior_rate, F.lit(params.rate_floor)).alias("prior_rate"),
-            F.lit(0.0).alias("trend_per_day"),
-            "n",
-            "n_today",
-            *extra,
-        )
-
+        return _trailing_mean_prior(per_id, id_col, win.hours, params, extra)
     if params.method != "eb_trend":
         raise ValueError(f"unknown rate method {params.method!r}; known: {', '.join(RATE_METHODS)}")
+    return _eb_trend(per_id, id_col, win, params, extra)
+
+
+def _trailing_mean(per_id: DataFrame, id_col: str, hours: float, extra: list[str]) -> DataFrame:
+    """``trailing_mean``: the window's count over its hours."""
+    from pyspark.sql import functions as F
+
+    return per_id.select(
+        id_col,
+        (F.col("n") / F.lit(hours)).alias("rate"),
+        (F.sqrt(F.col("n")) / F.lit(hours)).alias("rate_sd"),
+        F.lit(None).cast("double").alias("prior_rate"),
+        F.lit(0.0).alias("trend_per_day"),
+        "n",
+        "n_today",
+        *extra,
+    )
+
+
+def _trailing_mean_prior(
+    per_id: DataFrame, id_col: str, hours: float, params: RateParams, extra: list[str]
+) -> DataFrame:
+    """``trailing_mean_prior``: the trailing mean shrunk toward the population mean by a prior
+    worth ``params.prior_hours`` hours."""
+    from pyspark.sql import functions as F
+
+    mean = population(
+        per_id.agg(
+            F.greatest(
+                F.try_divide(F.sum("n").cast("double"), F.count("*") * F.lit(hours)),
+                F.lit(params.rate_floor),
+            ).alias("prior_rate")
+        )
+    )
+    tau = params.prior_hours
+    prior_rate = mean["prior_rate"]
+    rate = (F.col("n") + prior_rate * F.lit(tau)) / F.lit(hours + tau)
+    return per_id.select(
+        id_col,
+        rate.alias("rate"),
+        (F.sqrt(F.col("n") + prior_rate * F.lit(tau)) / F.lit(hours + tau)).alias("rate_sd"),
+        F.coalesce(prior_rate, F.lit(params.rate_floor)).alias("prior_rate"),
+        F.lit(0.0).alias("trend_per_day"),
+        "n",
+        "n_today",
+        *extra,
+    )
+
+
+def _eb_prior(per_id: DataFrame, win: Window, params: RateParams) -> dict[str, Column]:
+    """``eb_trend``'s population figures, as literals (:func:`population`): ``prior_rate``
+    (m), the Gamma prior's ``alpha`` and ``beta``, and the day's ``dispersion``."""
+    from pyspark.sql import functions as F
+
     exposure = 24.0 * win.w_sum
     noise = win.w2_sum / (24.0 * win.w_sum**2)
     r = F.col("s0") / F.lit(exposure)
@@ -266,7 +286,7 @@ def estimate(
     # prior variance: what is left of the spread once Poisson noise is taken out; never
     # below (m/2)^2 / 100 so that alpha stays finite when ids barely differ
     s2 = F.greatest(F.col("v") - F.col("m") * F.lit(noise), F.pow(F.col("m") / 20.0, 2))
-    prior = population(
+    return population(
         pop.select(
             F.col("m").alias("prior_rate"),
             (F.col("m") * F.col("m") / s2).alias("alpha"),
@@ -274,6 +294,18 @@ def estimate(
             "dispersion",
         )
     )
+
+
+def _eb_trend(
+    per_id: DataFrame, id_col: str, win: Window, params: RateParams, extra: list[str]
+) -> DataFrame:
+    """``eb_trend`` (the module docstring): the empirical-Bayes level plus the damped, shrunk
+    trend of each id."""
+    from pyspark.sql import functions as F
+
+    prior = _eb_prior(per_id, win, params)
+    exposure = 24.0 * win.w_sum
+    q = win.t_var_sum
     alpha, beta = prior["alpha"], prior["beta"]
     slope = F.col("s1") / F.lit(q) if q > 0 else F.lit(0.0)
     level = (alpha + F.col("s0")) / (beta + F.lit(exposure))
@@ -286,7 +318,7 @@ def estimate(
     )
 
     shrink = F.coalesce(F.try_divide(slope * slope, slope * slope + slope_var), F.lit(0.0))
-    per_slope = F.lit(params.trend_damping * (1.0 - tb) / 24.0) * reliability * shrink
+    per_slope = F.lit(params.trend_damping * (1.0 - win.t_bar) / 24.0) * reliability * shrink
     trend = per_slope * slope
     trend_sd = per_slope * F.sqrt(slope_var)
     return per_id.select(

@@ -106,18 +106,8 @@ def lower_bound(
     consumers that share a feed. The degree histogram (one row per distinct follower count
     and activity) and the result reach the driver, and the edges themselves only within
     ``driver_limit`` (None: never); nothing that grows with users or edges does."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     H, L = float(model.push), float(model.pull)
-    counts = [
-        (bool(r["active"]), int(r["d"]), int(r["n"]))
-        for r in edges.groupBy("active", "producer_id")
-        .agg(F.count("*").alias("d"))
-        .groupBy("active", "d")
-        .agg(F.count("*").alias("n"))
-        .collect()
-    ]
+    counts = _degree_counts(edges)
     hist = [(x, n) for active, x, n in counts if active]
     biggest = max((x for x, _ in hist), default=0)
     cap = pair_cap(hist, pair_budget)
@@ -135,13 +125,57 @@ def lower_bound(
         columns = ["consumer_id", "producer_id", "theta", "phi", "active"]
         cost = edges_lower_bound(edges.select(*columns).toPandas(), H, L)
         return Certificate(cost, KIND_EXACT, None, n_pairs, "driver")
+    cost = _spark_bound(edges, cap, H, L)
+    return Certificate(cost, KIND_EXACT if exact else KIND_CAPPED, None if exact else cap, n_pairs)
+
+
+def _degree_counts(edges: DataFrame) -> list[tuple[bool, int, int]]:
+    """The degree histogram: (active, follower count ``d``, feeds with ``d`` such followers)."""
+    from pyspark.sql import functions as F
+
+    return [
+        (bool(r["active"]), int(r["d"]), int(r["n"]))
+        for r in edges.groupBy("active", "producer_id")
+        .agg(F.count("*").alias("d"))
+        .groupBy("active", "d")
+        .agg(F.count("*").alias("n"))
+        .collect()
+    ]
+
+
+def _spark_bound(edges: DataFrame, cap: int, H: float, L: float) -> float:
+    """The bound computed in Spark, overlaps through feeds of more than ``cap`` active
+    followers bounded from above (see the module docstring)."""
+    fixed = _idle_cost(edges, L)
+    users, eu = _active_edges(edges, cap)
+    pairs = _sharing_pairs(eu)
+    mine = _consumer_terms(users, pairs, H, L)
+    total = _total_cost(_per_feed(eu, mine, _overlap_sizes(pairs), H), H)
+    row = total.crossJoin(fixed.withColumnRenamed("c", "idle")).first()
+    eu.unpersist()
+    pairs.unpersist()
+    assert row is not None
+    return float(row["c"] or 0.0) + float(row["idle"] or 0.0)
+
+
+def _idle_cost(edges: DataFrame, L: float) -> DataFrame:
+    """One row ``c``: the evaluation of the inactive consumers, which pull every feed."""
+    from pyspark.sql import functions as F
 
     idle = (
         edges.where(~F.col("active"))
         .groupBy("consumer_id")
         .agg(F.count("*").alias("n"), F.max("theta").alias("theta"))
     )
-    fixed = idle.where("n > 1").select(exact_sum(F.col("theta") * F.col("n") * L).alias("c"))
+    return idle.where("n > 1").select(exact_sum(F.col("theta") * F.col("n") * L).alias("c"))
+
+
+def _active_edges(edges: DataFrame, cap: int) -> tuple[DataFrame, DataFrame]:
+    """The active consumers ``u`` with their counts (``n`` feeds, ``s`` small, ``b`` big),
+    theta, summed phi and fewest followers of a feed; and every active edge ``(u, f)`` with
+    its feed's followers ``d``, ``small`` and its consumer's counts, persisted."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     a = edges.where("active").select(
         F.col("consumer_id").alias("u"), F.col("producer_id").alias("f"), "theta", "phi"
@@ -162,12 +196,21 @@ def lower_bound(
     )
     # every edge with its consumer's counts, kept: the pairs and the feeds' prices read it
     eu = e.join(users, "u").persist(StorageLevel.MEMORY_AND_DISK)
+    return users, eu
+
+
+def _sharing_pairs(eu: DataFrame) -> DataFrame:
+    """Every ordered pair ``(u, w)`` of consumers that share a small feed: the small feeds
+    ``fs`` they share, their count ``small_ov``, the overlap's upper bound ``ov`` and whether
+    ``w`` may contain ``F_u``; persisted."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
     small = eu.where("small").select("u", "f", "n", "b", "s")
     other = small.select(
         F.col("u").alias("w"), "f", F.col("n").alias("n_w"), F.col("b").alias("b_w")
     )
-    # every ordered pair of consumers that share a small feed, with the feeds they share
-    pairs = (
+    return (
         small.join(other, "f")
         .where("u != w")
         .groupBy("u", "w")
@@ -190,17 +233,18 @@ def lower_bound(
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
+
+
+def _consumer_terms(users: DataFrame, pairs: DataFrame, H: float, L: float) -> DataFrame:
+    """Per consumer of at least two feeds: its ``read`` price, its feeds as ``one_view``, the
+    bound ``c`` on its overlaps and on the consumers ``containing`` its follow set."""
+    from pyspark.sql import functions as F
+
     per_user = pairs.groupBy("u").agg(
         F.max("small_ov").alias("max_small"),
         F.sum(F.col("may_contain").cast("long")).alias("containing_small"),
     )
-    # a small feed's overlaps with its other followers, largest first
-    listed = (
-        pairs.select("u", F.explode("fs").alias("f"), "ov")
-        .groupBy("u", "f")
-        .agg(F.sort_array(F.collect_list("ov"), asc=False).alias("sizes"))
-    )
-    mine = (
+    return (
         users.where("n >= 2")
         .join(per_user, "u", "left")
         .select(
@@ -213,6 +257,23 @@ def lower_bound(
             .alias("containing"),
         )
     )
+
+
+def _overlap_sizes(pairs: DataFrame) -> DataFrame:
+    """A small feed's overlaps with its other followers, largest first (``sizes``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        pairs.select("u", F.explode("fs").alias("f"), "ov")
+        .groupBy("u", "f")
+        .agg(F.sort_array(F.collect_list("ov"), asc=False).alias("sizes"))
+    )
+
+
+def _per_feed(eu: DataFrame, mine: DataFrame, listed: DataFrame, H: float) -> DataFrame:
+    """Per edge of a consumer of ``mine``: its terms and the ``best`` price of its feed."""
+    from pyspark.sql import functions as F
+
     read, maint = F.col("read"), F.lit(H) * F.col("phi")
     # a small feed read through a view read by k: maint / k + read / (the (k-1)-th largest
     # overlap); a big one: maint / d + read / c
@@ -224,13 +285,21 @@ def lower_bound(
         ),
     ).otherwise(F.array(maint / F.col("d") + read / F.col("c")))
     best = F.array_min(F.concat(F.array(read), through_view))
-    per_feed = (
+    return (
         eu.select("u", "f", "phi", "d", "small")
         .join(mine, "u")
         .join(listed, ["u", "f"], "left")
         .select("u", "read", "one_view", "containing", "phi", best.alias("best"))
     )
-    total = (
+
+
+def _total_cost(per_feed: DataFrame, H: float) -> DataFrame:
+    """One row ``c``: the sum over consumers of the least of their three bounds (one view
+    shared with the consumers containing its follow set; every feed at its best; a personal
+    feed, read once, with every feed pushed or at its best)."""
+    from pyspark.sql import functions as F
+
+    return (
         per_feed.groupBy("u")
         .agg(
             F.first("read").alias("read"),
@@ -248,9 +317,3 @@ def lower_bound(
         )
         .agg(exact_sum(F.col("cost")).alias("c"))
     )
-    row = total.crossJoin(fixed.withColumnRenamed("c", "idle")).first()
-    eu.unpersist()
-    pairs.unpersist()
-    assert row is not None
-    cost = float(row["c"] or 0.0) + float(row["idle"] or 0.0)
-    return Certificate(cost, KIND_EXACT if exact else KIND_CAPPED, None if exact else cap, n_pairs)

@@ -164,6 +164,31 @@ def plan_costs(
 
     H, L = float(model.push), float(model.pull)
     per_c = sources_per_consumer(assignments, any(s in SHARED_VIEW_STRATEGIES for s in strategies))
+    consumer_side = _consumer_side(per_c, H, L, target)
+    view_side = view_members.groupBy("strategy").agg(
+        (exact_sum(F.col("phi")) * F.lit(H)).alias("view_maintenance"),
+        F.count_distinct("view_id").alias("shared_views"),
+    )
+    r = F.lit(COST_DECIMALS)
+    names = assignments.sparkSession.range(1).select(
+        F.explode(F.array(*(F.lit(s) for s in strategies))).alias("strategy")
+    )
+    out = (
+        names.join(consumer_side, "strategy", "left")
+        .join(view_side, "strategy", "left")
+        .select("strategy", *_cost_columns(H, L, target.quantile))
+    )
+    return out.withColumn(
+        "total_cost", F.round(F.col("maintenance_cost") + F.col("evaluation_cost"), r)
+    )
+
+
+def _consumer_side(per_c: DataFrame, H: float, L: float, target: LatencyTarget) -> DataFrame:
+    """Per strategy, from :func:`sources_per_consumer`'s rows: the consumers' costs (Eq. 3,
+    Eq. 4 for personal feeds), edge counts, the weights within the latency target and of
+    feed views that pull, and the latency percentiles (:func:`weighted_percentiles`)."""
+    from pyspark.sql import functions as F
+
     latency_now = F.col("n_pull") if target.metric == "pulls" else F.col("n_sources")
     ev = F.when(F.col("n_sources") > 1, F.col("theta") * F.lit(L) * F.col("n_sources")).otherwise(
         0.0
@@ -193,63 +218,53 @@ def plan_costs(
         )
         .withColumn("w", exact_value(F.col("_w")))
     )
-    consumer_side = weighted_percentiles(
+    return weighted_percentiles(
         hist,
         (0.50, 0.95, 0.99),
         *(exact_value(exact_resum(F.col(name))).alias(name) for name in sums),
         *(F.sum(name).alias(name) for name in counts),
     )
-    view_side = view_members.groupBy("strategy").agg(
-        (exact_sum(F.col("phi")) * F.lit(H)).alias("view_maintenance"),
-        F.count_distinct("view_id").alias("shared_views"),
-    )
+
+
+def _cost_columns(H: float, L: float, quantile: float) -> list[Column | str]:
+    """The columns of :func:`plan_costs`' rows but ``strategy`` and ``total_cost``, over the
+    consumer and view sides joined (costs rounded to :data:`COST_DECIMALS`, absent sums 0)."""
+    from pyspark.sql import functions as F
+
     r = F.lit(COST_DECIMALS)
-    names = assignments.sparkSession.range(1).select(
-        F.explode(F.array(*(F.lit(s) for s in strategies))).alias("strategy")
-    )
 
     def zero(name: str) -> Column:
         return F.coalesce(F.col(name), F.lit(0))
 
-    out = (
-        names.join(consumer_side, "strategy", "left")
-        .join(view_side, "strategy", "left")
-        .select(
-            "strategy",
-            F.round(zero("feed_maintenance") + zero("view_maintenance"), r)
-            .cast("double")
-            .alias("maintenance_cost"),
-            F.round(zero("evaluation_cost"), r).cast("double").alias("evaluation_cost"),
-            zero("push_edges").alias("push_edges"),
-            zero("pull_edges").alias("pull_edges"),
-            zero("view_edges").alias("view_edges"),
-            (zero("personal_feeds") + zero("shared_views")).alias("views"),
-            zero("consumers").alias("consumers"),
-            zero("mode_changes").alias("mode_changes"),
-            zero("inactive_consumers").alias("inactive_consumers"),
-            F.round(F.try_divide(F.col("_w_ok"), F.col("_w")), r)
-            .cast("double")
-            .alias("latency_share"),
-            F.round(F.try_divide(F.col("_w_pull"), F.col("_w")), r)
-            .cast("double")
-            .alias("pull_view_share"),
-            # met when the share within the bound reaches the quantile (1e-9 for rounding);
-            # an empty graph meets any target
-            F.coalesce(
-                F.try_divide(F.col("_w_ok"), F.col("_w")) >= F.lit(target.quantile - 1e-9),
-                F.lit(True),
-            ).alias("latency_met"),
-            "sources_p50",
-            "sources_p95",
-            "sources_p99",
-            "sources_hist",
-            F.lit(H).alias("push_cost"),
-            F.lit(L).alias("pull_cost"),
-        )
-    )
-    return out.withColumn(
-        "total_cost", F.round(F.col("maintenance_cost") + F.col("evaluation_cost"), r)
-    )
+    return [
+        F.round(zero("feed_maintenance") + zero("view_maintenance"), r)
+        .cast("double")
+        .alias("maintenance_cost"),
+        F.round(zero("evaluation_cost"), r).cast("double").alias("evaluation_cost"),
+        zero("push_edges").alias("push_edges"),
+        zero("pull_edges").alias("pull_edges"),
+        zero("view_edges").alias("view_edges"),
+        (zero("personal_feeds") + zero("shared_views")).alias("views"),
+        zero("consumers").alias("consumers"),
+        zero("mode_changes").alias("mode_changes"),
+        zero("inactive_consumers").alias("inactive_consumers"),
+        F.round(F.try_divide(F.col("_w_ok"), F.col("_w")), r).cast("double").alias("latency_share"),
+        F.round(F.try_divide(F.col("_w_pull"), F.col("_w")), r)
+        .cast("double")
+        .alias("pull_view_share"),
+        # met when the share within the bound reaches the quantile (1e-9 for rounding);
+        # an empty graph meets any target
+        F.coalesce(
+            F.try_divide(F.col("_w_ok"), F.col("_w")) >= F.lit(quantile - 1e-9),
+            F.lit(True),
+        ).alias("latency_met"),
+        "sources_p50",
+        "sources_p95",
+        "sources_p99",
+        "sources_hist",
+        F.lit(H).alias("push_cost"),
+        F.lit(L).alias("pull_cost"),
+    ]
 
 
 def choose(costs: dict[str, float], order: Sequence[str], forced: str | None = None) -> str:

@@ -159,78 +159,16 @@ def latency_constrained(
     """``base``: the MinCost (FF-PerPair) assignment with ``active``; returns ``strategy``'s
     assignment (see the module docstring): MinCost shifted to push, consumer by consumer,
     until ``target`` holds, per edge or (``per_consumer``) all of a consumer's pulls at once."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     H, L = float(model.push), float(model.pull)
-    metric, bound, quantile = target.metric, target.bound, target.quantile
     eps = F.lit(H) * F.col("phi") - F.lit(L) * F.col("theta")
-    pulled = base.where((F.col("mode") == "pull") & F.col("active"))
-    cons = _per_consumer(base)
-    has_push = F.col("n_push_any") > 0
-    now = _latency_after(F.col("n_pull"), has_push, F.lit(0), metric)
     if per_consumer:
-        # all pulled edges move: the consumer is within the bound afterwards iff 0 pulls (and
-        # its single personal feed as source) are
-        after_all = _latency_after(F.col("n_pull"), has_push, F.col("n_pull"), metric)
-        eps_c = pulled.groupBy("consumer_id").agg(F.sum(eps).alias("eps_c"))
-        keyed = cons.join(eps_c, "consumer_id", "left").select(
-            "consumer_id",
-            "theta",
-            "active",
-            (now <= bound).alias("ok_now"),
-            (F.col("active") & (after_all <= bound)).alias("can"),
-            (F.col("theta") / F.greatest(F.col("eps_c"), F.lit(TINY))).alias("key"),
-            F.col("n_pull").alias("need"),
-        )
+        keyed = _keyed_consumers(base, eps, target)
     else:
-        # need_c: the fewest shifts that bring c within the bound (a first shift to push
-        # opens c's personal feed, one source, while removing one pull)
-        if metric == "pulls":
-            need = F.greatest(F.col("n_pull") - F.lit(bound), F.lit(0))
-        else:
-            need = F.when(now <= bound, 0).otherwise(F.col("n_pull") + F.lit(1) - F.lit(bound))
-        cons = cons.withColumn("need", need.cast("long"))
-        rank_w = Window.partitionBy("consumer_id").orderBy(
-            F.col("key").desc(), F.col("producer_id")
-        )
-        ranked = pulled.withColumn("key", F.col("theta") / F.greatest(eps, F.lit(TINY))).withColumn(
-            "j", F.row_number().over(rank_w)
-        )
-        at_need = ranked.join(cons.select("consumer_id", "need"), "consumer_id").where(
-            F.col("j") == F.col("need")
-        )
-        keyed = cons.join(at_need.select("consumer_id", "key"), "consumer_id", "left").select(
-            "consumer_id",
-            "theta",
-            "active",
-            (now <= bound).alias("ok_now"),
-            (
-                F.col("active")
-                & (F.col("need") <= F.col("n_pull"))
-                & F.col("key").isNotNull()
-                & (now > bound)
-            ).alias("can"),
-            "key",
-            "need",
-        )
+        keyed = _keyed_edges(base, eps, target)
     keyed = keyed.persist()
-    sums = keyed.agg(
-        F.sum("theta").alias("total"),
-        F.sum(F.when(F.col("ok_now"), F.col("theta")).otherwise(0.0)).alias("ok"),
-    ).first()
-    total = float(sums["total"] or 0.0) if sums else 0.0
-    ok = float(sums["ok"] or 0.0) if sums else 0.0
-    need_w = quantile * total - ok
-    candidates = keyed.where(F.col("can") & ~F.col("ok_now")).select(
-        "key", F.col("theta").alias("w")
-    )
-    if need_w <= 1e-12 * max(1.0, total):
-        tau: float | None = math.inf  # MinCost already meets the target
-    else:
-        tau = weighted_threshold(candidates, need_w)
-        if tau is None:  # unattainable: shift everyone who can be brought within the bound
-            tau = 0.0
+    tau = _threshold(keyed, target.quantile)
     # computed once here (one row per shifted consumer, kept on the executors), so the
     # cached ``keyed`` can be released without the plan recomputing it later
     chosen = (
@@ -244,23 +182,117 @@ def latency_constrained(
         push = F.col("_need").isNotNull() & (F.col("mode") == "pull") & F.col("active")
         out = _shifted(marked, base.columns, strategy, push)
     else:
-        rank_w = Window.partitionBy("consumer_id").orderBy(
-            F.col("_key").desc(), F.col("producer_id")
-        )
-        marked = base.join(chosen, "consumer_id", "left").withColumn(
-            "_key",
-            F.when(
-                (F.col("mode") == "pull") & F.col("active"),
-                F.col("theta") / F.greatest(eps, F.lit(TINY)),
-            ),
-        )
-        marked = marked.withColumn(
-            "_j", F.when(F.col("_key").isNotNull(), F.row_number().over(rank_w))
-        )
-        push = (
-            F.col("_need").isNotNull() & F.col("_key").isNotNull() & (F.col("_j") <= F.col("_need"))
-        )
-        out = _shifted(marked, base.columns, strategy, push)
+        out = _shifted_edges(base, chosen, strategy, eps)
 
     keyed.unpersist()
     return out
+
+
+def _keyed_consumers(base: DataFrame, eps: Column, target: LatencyTarget) -> DataFrame:
+    """``ff-latency-consumer``'s consumers (3.3.2): ``consumer_id, theta, active, ok_now``
+    (within the bound already), ``can`` (within it once all its pulls move), the rank
+    ``key`` theta_c / epsilon_c and the shifts it ``need``s (all its pulls)."""
+    from pyspark.sql import functions as F
+
+    metric, bound = target.metric, target.bound
+    pulled = base.where((F.col("mode") == "pull") & F.col("active"))
+    cons = _per_consumer(base)
+    has_push = F.col("n_push_any") > 0
+    now = _latency_after(F.col("n_pull"), has_push, F.lit(0), metric)
+    # all pulled edges move: the consumer is within the bound afterwards iff 0 pulls (and
+    # its single personal feed as source) are
+    after_all = _latency_after(F.col("n_pull"), has_push, F.col("n_pull"), metric)
+    eps_c = pulled.groupBy("consumer_id").agg(F.sum(eps).alias("eps_c"))
+    return cons.join(eps_c, "consumer_id", "left").select(
+        "consumer_id",
+        "theta",
+        "active",
+        (now <= bound).alias("ok_now"),
+        (F.col("active") & (after_all <= bound)).alias("can"),
+        (F.col("theta") / F.greatest(F.col("eps_c"), F.lit(TINY))).alias("key"),
+        F.col("n_pull").alias("need"),
+    )
+
+
+def _keyed_edges(base: DataFrame, eps: Column, target: LatencyTarget) -> DataFrame:
+    """``ff-latency-pair``'s consumers (3.3.1), with the columns of :func:`_keyed_consumers`:
+    ``need`` is the fewest shifts that bring the consumer within the bound and ``key`` the
+    rank key theta_c / epsilon_ij of its ``need``-th best pulled edge."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    metric, bound = target.metric, target.bound
+    pulled = base.where((F.col("mode") == "pull") & F.col("active"))
+    cons = _per_consumer(base)
+    has_push = F.col("n_push_any") > 0
+    now = _latency_after(F.col("n_pull"), has_push, F.lit(0), metric)
+    # need_c: the fewest shifts that bring c within the bound (a first shift to push
+    # opens c's personal feed, one source, while removing one pull)
+    if metric == "pulls":
+        need = F.greatest(F.col("n_pull") - F.lit(bound), F.lit(0))
+    else:
+        need = F.when(now <= bound, 0).otherwise(F.col("n_pull") + F.lit(1) - F.lit(bound))
+    cons = cons.withColumn("need", need.cast("long"))
+    rank_w = Window.partitionBy("consumer_id").orderBy(F.col("key").desc(), F.col("producer_id"))
+    ranked = pulled.withColumn("key", F.col("theta") / F.greatest(eps, F.lit(TINY))).withColumn(
+        "j", F.row_number().over(rank_w)
+    )
+    at_need = ranked.join(cons.select("consumer_id", "need"), "consumer_id").where(
+        F.col("j") == F.col("need")
+    )
+    return cons.join(at_need.select("consumer_id", "key"), "consumer_id", "left").select(
+        "consumer_id",
+        "theta",
+        "active",
+        (now <= bound).alias("ok_now"),
+        (
+            F.col("active")
+            & (F.col("need") <= F.col("n_pull"))
+            & F.col("key").isNotNull()
+            & (now > bound)
+        ).alias("can"),
+        "key",
+        "need",
+    )
+
+
+def _threshold(keyed: DataFrame, quantile: float) -> float:
+    """The rank key from which consumers are shifted so that a share ``quantile`` of feed
+    views is within the bound: inf when MinCost already meets it, 0 when it cannot be met
+    (everyone who can be brought within the bound is shifted)."""
+    from pyspark.sql import functions as F
+
+    sums = keyed.agg(
+        F.sum("theta").alias("total"),
+        F.sum(F.when(F.col("ok_now"), F.col("theta")).otherwise(0.0)).alias("ok"),
+    ).first()
+    total = float(sums["total"] or 0.0) if sums else 0.0
+    ok = float(sums["ok"] or 0.0) if sums else 0.0
+    need_w = quantile * total - ok
+    candidates = keyed.where(F.col("can") & ~F.col("ok_now")).select(
+        "key", F.col("theta").alias("w")
+    )
+    if need_w <= 1e-12 * max(1.0, total):
+        return math.inf  # MinCost already meets the target
+    tau = weighted_threshold(candidates, need_w)
+    if tau is None:  # unattainable: shift everyone who can be brought within the bound
+        return 0.0
+    return tau
+
+
+def _shifted_edges(base: DataFrame, chosen: DataFrame, strategy: str, eps: Column) -> DataFrame:
+    """``base`` with the ``_need`` best pulled edges of each ``chosen`` consumer shifted."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rank_w = Window.partitionBy("consumer_id").orderBy(F.col("_key").desc(), F.col("producer_id"))
+    marked = base.join(chosen, "consumer_id", "left").withColumn(
+        "_key",
+        F.when(
+            (F.col("mode") == "pull") & F.col("active"),
+            F.col("theta") / F.greatest(eps, F.lit(TINY)),
+        ),
+    )
+    marked = marked.withColumn("_j", F.when(F.col("_key").isNotNull(), F.row_number().over(rank_w)))
+    push = F.col("_need").isNotNull() & F.col("_key").isNotNull() & (F.col("_j") <= F.col("_need"))
+    return _shifted(marked, base.columns, strategy, push)

@@ -24,6 +24,7 @@ driver:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ from jobs.selection.cost import CostModel
 from jobs.selection.part import LP_PAIRS
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
     from pyspark.sql import Column, DataFrame, SparkSession
 
 MAX_ROUNDS = 64
@@ -194,83 +197,143 @@ def _containment(per_user: int, first_round: int):  # type: ignore[no-untyped-de
         import numpy as np
         import pandas as pd
 
-        none = pd.DataFrame(
-            {"view_id": pd.Series(dtype=object), "consumer_id": pd.Series(dtype=object)}
-        ).assign(size=pd.Series(dtype="int32"))
         if views_pdf.empty or follows_pdf.empty:
-            return none
-        # the producers the bucket's users follow, densely numbered, and their followers
-        prods, follow_p = np.unique(follows_pdf["p"].to_numpy(np.int64), return_inverse=True)
-        fans = np.bincount(follow_p, minlength=len(prods))
+            return _no_memberships()
         # the views in the order of the cap: largest first, ties by view id
         views_pdf = views_pdf.sort_values(["size", "view_id"], ascending=[False, True])
-        size = views_pdf["size"].to_numpy(np.int64)
-        flat = np.concatenate(views_pdf["feeds"].to_numpy()).astype(np.int64)
-        pos = np.minimum(np.searchsorted(prods, flat), len(prods) - 1)
-        here = prods[pos] == flat
-        start = np.concatenate(([0], np.cumsum(size)[:-1]))
-        # a view with a producer none of the bucket's users follows has no user here
-        keep = np.logical_and.reduceat(here, start)
-        # access predicate: the view's producer with the fewest followers in the bucket
-        fan = np.where(here, fans[pos], np.iinfo(np.int64).max)
-        low = np.minimum.reduceat(fan, start)
-        at = np.flatnonzero(fan == np.repeat(low, size))
-        seg = np.repeat(np.arange(len(size)), size)[at]
-        first = at[np.unique(seg, return_index=True)[1]]
-        access = pos[first]
-        ranks = np.flatnonzero(keep)  # view ranks, ascending = largest first
-        by_access = ranks[np.argsort(access[ranks], kind="stable")]
-        ptr = np.concatenate(([0], np.cumsum(np.bincount(access[ranks], minlength=len(prods)))))
-
-        def gather(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-            """Positions ``starts[i] .. starts[i] + lens[i] - 1`` for every ``i``, in order."""
-            total = int(lens.sum())
-            shift = np.repeat(starts - np.cumsum(lens) + lens, lens)
-            return shift + np.arange(total)
-
+        cell = _cell(views_pdf, follows_pdf["p"].to_numpy(np.int64))
         codes, users = pd.factorize(follows_pdf["consumer_id"], sort=False)
-        order = np.argsort(codes, kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(users)))))
-        mask = np.zeros(len(prods), dtype=bool)
-        out_v: list[np.ndarray] = []
-        out_u: list[np.ndarray] = []
-        for u in range(len(users)):
-            s = follow_p[order[bounds[u] : bounds[u + 1]]]
-            lo, hi = ptr[s], ptr[s + 1]
-            cand = by_access[gather(lo, hi - lo)]
-            cand = cand[size[cand] <= len(s)]
-            if len(cand) == 0:
-                continue
-            cand.sort()
-            mask[s] = True
-            held: list[np.ndarray] = []
-            need, i, step = per_user, 0, first_round
-            while need > 0 and i < len(cand):
-                chunk = cand[i : i + step]
-                i, step = i + step, 2 * step
-                ok = np.logical_and.reduceat(
-                    mask[pos[gather(start[chunk], size[chunk])]],
-                    np.concatenate(([0], np.cumsum(size[chunk])[:-1])),
-                )
-                got = chunk[ok][:need]
-                held.append(got)
-                need -= len(got)
-            mask[s] = False
-            hit = np.concatenate(held)
-            out_v.append(hit)
-            out_u.append(np.full(len(hit), u))
-        if not out_v:
-            return none
-        v = np.concatenate(out_v)
+        found = _held_views(cell, codes, len(users), per_user, first_round)
+        if found is None:
+            return _no_memberships()
+        v, u = found
         return pd.DataFrame(
             {
                 "view_id": views_pdf["view_id"].to_numpy()[v],
-                "consumer_id": np.asarray(users)[np.concatenate(out_u)],
-                "size": size[v].astype(np.int32),
+                "consumer_id": np.asarray(users)[u],
+                "size": cell.size[v].astype(np.int32),
             }
         )
 
     return run
+
+
+def _no_memberships() -> pd.DataFrame:
+    """:func:`_containment`'s answer when no user of the cell holds a view."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {"view_id": pd.Series(dtype=object), "consumer_id": pd.Series(dtype=object)}
+    ).assign(size=pd.Series(dtype="int32"))
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A cell of :func:`_containment`: the producers the bucket's users follow, densely
+    numbered (``n_prods``; ``follow_p``: each follow edge's), and the shard's views in the
+    order of the cap: their ``size``, the producers of them all end to end (``pos``, each
+    view's from ``start``), and the views each producer is the access predicate of
+    (``by_access[ptr[p] : ptr[p + 1]]``, view ranks, largest first)."""
+
+    n_prods: int
+    follow_p: np.ndarray
+    size: np.ndarray
+    pos: np.ndarray
+    start: np.ndarray
+    by_access: np.ndarray
+    ptr: np.ndarray
+
+
+def _cell(views_pdf: pd.DataFrame, follows_p: np.ndarray) -> _Cell:
+    """The cell of the views ``views_pdf`` (in the order of the cap) and the bucket's
+    followed producers ``follows_p`` (hashed), each view indexed by its access predicate."""
+    import numpy as np
+
+    # the producers the bucket's users follow, densely numbered, and their followers
+    prods, follow_p = np.unique(follows_p, return_inverse=True)
+    fans = np.bincount(follow_p, minlength=len(prods))
+    size = views_pdf["size"].to_numpy(np.int64)
+    flat = np.concatenate(views_pdf["feeds"].to_numpy()).astype(np.int64)
+    pos = np.minimum(np.searchsorted(prods, flat), len(prods) - 1)
+    here = prods[pos] == flat
+    start = np.concatenate(([0], np.cumsum(size)[:-1]))
+    # a view with a producer none of the bucket's users follows has no user here
+    keep = np.logical_and.reduceat(here, start)
+    # access predicate: the view's producer with the fewest followers in the bucket
+    fan = np.where(here, fans[pos], np.iinfo(np.int64).max)
+    low = np.minimum.reduceat(fan, start)
+    at = np.flatnonzero(fan == np.repeat(low, size))
+    seg = np.repeat(np.arange(len(size)), size)[at]
+    first = at[np.unique(seg, return_index=True)[1]]
+    access = pos[first]
+    ranks = np.flatnonzero(keep)  # view ranks, ascending = largest first
+    by_access = ranks[np.argsort(access[ranks], kind="stable")]
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(access[ranks], minlength=len(prods)))))
+    return _Cell(len(prods), follow_p, size, pos, start, by_access, ptr)
+
+
+def _gather(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Positions ``starts[i] .. starts[i] + lens[i] - 1`` for every ``i``, in order."""
+    import numpy as np
+
+    total = int(lens.sum())
+    shift = np.repeat(starts - np.cumsum(lens) + lens, lens)
+    return shift + np.arange(total)
+
+
+def _held_views(
+    cell: _Cell, codes: np.ndarray, n_users: int, per_user: int, first_round: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (view rank, user code) pairs of every user's held views, users in code order
+    (``codes``: each follow edge's user); None when no user holds any."""
+    import numpy as np
+
+    order = np.argsort(codes, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=n_users))))
+    mask = np.zeros(cell.n_prods, dtype=bool)
+    out_v: list[np.ndarray] = []
+    out_u: list[np.ndarray] = []
+    for u in range(n_users):
+        s = cell.follow_p[order[bounds[u] : bounds[u + 1]]]
+        hit = _verified(cell, s, mask, per_user, first_round)
+        if hit is None:
+            continue
+        out_v.append(hit)
+        out_u.append(np.full(len(hit), u))
+    if not out_v:
+        return None
+    return np.concatenate(out_v), np.concatenate(out_u)
+
+
+def _verified(
+    cell: _Cell, s: np.ndarray, mask: np.ndarray, need: int, step: int
+) -> np.ndarray | None:
+    """The largest ``need`` views (ranks) of the user who follows the producers ``s`` that
+    its follow set contains, verified ``step`` candidates first and twice as many each round
+    (``mask``: all false, left so); None when it meets no view small enough."""
+    import numpy as np
+
+    lo, hi = cell.ptr[s], cell.ptr[s + 1]
+    cand = cell.by_access[_gather(lo, hi - lo)]
+    cand = cand[cell.size[cand] <= len(s)]
+    if len(cand) == 0:
+        return None
+    cand.sort()
+    mask[s] = True
+    held: list[np.ndarray] = []
+    i = 0
+    while need > 0 and i < len(cand):
+        chunk = cand[i : i + step]
+        i, step = i + step, 2 * step
+        ok = np.logical_and.reduceat(
+            mask[cell.pos[_gather(cell.start[chunk], cell.size[chunk])]],
+            np.concatenate(([0], np.cumsum(cell.size[chunk])[:-1])),
+        )
+        got = chunk[ok][:need]
+        held.append(got)
+        need -= len(got)
+    mask[s] = False
+    return np.concatenate(held)
 
 
 DRIVER_MEMBERSHIPS = 200_000
@@ -490,8 +553,6 @@ def select_views(
     the candidate views and finding their users (``memberships``), forming the parts
     (``parts``) and planning them (``planning``)."""
 
-    import time
-
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -500,8 +561,39 @@ def select_views(
     full = ALGORITHMS[algorithm][0]
     push_cost, pull_cost = params.model.push, params.model.pull
     act = edges.where(F.col("active")).select("consumer_id", "producer_id", "phi", "theta")
+    per_user = _follow_sets(act, ff_plan)
+    cands = candidate_sets(act, push_cost, pull_cost, full).persist(StorageLevel.MEMORY_AND_DISK)
+    lap = _stopwatch(timings)
+
+    memberships = view_users(cands, act, params.user_views).localCheckpoint()
+    lap("memberships")
+    where, groups = parts(per_user, memberships, params.part_users, params.driver_memberships)
+    lap("parts")
+    rows = _part_rows(per_user, memberships, cands, where).repartition(
+        min(groups, 4 * parallelism(edges.sparkSession)), "grp"
+    )
+    planned = (
+        rows.groupBy("grp")
+        .applyInPandas(_planner(algorithm, push_cost, pull_cost, params.lp_pairs), PART_ROWS)
+        .localCheckpoint()  # planned once; the inputs can be released
+    )
+    lap("planning")
+
+    assigned = _assigned(edges, planned)
+    per_user.unpersist()
+    cands.unpersist()
+    return assigned, planned.where(F.col("kind").isin("m", "p"))
+
+
+def _follow_sets(act: DataFrame, ff_plan: DataFrame) -> DataFrame:
+    """``consumer_id, theta, feeds, phis, push`` per active consumer of more than one
+    producer: its followed producers (sorted), their event rates and whether FF-PerPair
+    pushes them; persisted."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
     ff = ff_plan.select("consumer_id", "producer_id", (F.col("mode") == "push").alias("push"))
-    per_user = (
+    return (
         act.join(ff, ["consumer_id", "producer_id"], "left")
         .groupBy("consumer_id")
         .agg(
@@ -522,7 +614,13 @@ def select_views(
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    cands = candidate_sets(act, push_cost, pull_cost, full).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _stopwatch(timings: dict[str, float] | None) -> Callable[[str], None]:
+    """A lap timer started now: each call records the wall seconds since the last one (or
+    the start) under its step in ``timings``, when given."""
+    import time
+
     clock = {"t": time.perf_counter()}
 
     def lap(step: str) -> None:
@@ -531,10 +629,16 @@ def select_views(
             timings[step] = round(now - clock["t"], 1)
         clock["t"] = now
 
-    memberships = view_users(cands, act, params.user_views).localCheckpoint()
-    lap("memberships")
-    where, groups = parts(per_user, memberships, params.part_users, params.driver_memberships)
-    lap("parts")
+    return lap
+
+
+def _part_rows(
+    per_user: DataFrame, memberships: DataFrame, cands: DataFrame, where: DataFrame
+) -> DataFrame:
+    """The per-part planner's input: a ``u`` row per user (:func:`_follow_sets`) and a ``v``
+    row per candidate view and part it has users in, each with its ``part`` and ``grp``."""
+    from pyspark.sql import functions as F
+
     user_rows = per_user.join(where, "consumer_id").select(
         F.lit("u").alias("kind"),
         "part",
@@ -554,20 +658,18 @@ def select_views(
             F.lit("v").alias("kind"), "part", "grp", F.col("view_id").alias("id"), "feeds", "users"
         )
     )
-    rows = user_rows.unionByName(view_rows, allowMissingColumns=True).repartition(
-        min(groups, 4 * parallelism(edges.sparkSession)), "grp"
-    )
-    planned = (
-        rows.groupBy("grp")
-        .applyInPandas(_planner(algorithm, push_cost, pull_cost, params.lp_pairs), PART_ROWS)
-        .localCheckpoint()  # planned once; the inputs can be released
-    )
-    lap("planning")
+    return user_rows.unionByName(view_rows, allowMissingColumns=True)
+
+
+def _assigned(edges: DataFrame, planned: DataFrame) -> DataFrame:
+    """``consumer_id, producer_id, mode, source_id`` of every edge: the planned ``e`` rows,
+    the edges without one (inactive or single-producer consumers) pulled."""
+    from pyspark.sql import functions as F
 
     chosen = planned.where(F.col("kind") == "e").select(
         "consumer_id", "producer_id", F.col("mode").alias("_m"), F.col("source_id").alias("_s")
     )
-    assigned = (
+    return (
         edges.select("consumer_id", "producer_id")
         .join(chosen, ["consumer_id", "producer_id"], "left")
         .select(
@@ -577,6 +679,3 @@ def select_views(
             F.coalesce("_s", "producer_id").alias("source_id"),
         )
     )
-    per_user.unpersist()
-    cands.unpersist()
-    return assigned, planned.where(F.col("kind").isin("m", "p"))
