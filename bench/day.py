@@ -43,6 +43,7 @@ from jobs.common import ledger
 from jobs.common.cds import driver_java_options
 from jobs.common.config import driver_memory
 from jobs.common.pipeline import SPARK_STAGES
+from jobs.common.records import IngestRecord
 from jobs.common.storage import Storage
 from jobs.workloads.generate import PROFILES, generate, scaled
 
@@ -119,16 +120,17 @@ def stage_seconds(wh: Path, ds: dt.date, stage: str) -> float:
     record = ledger.read_record(Storage.at(str(wh)), ds, stage)
     if record is None:
         raise SystemExit(f"no {stage} record of {ds} in {wh}: the run failed (see its log)")
-    return float(record["seconds"])
+    return float(record.seconds or 0.0)
 
 
 def stage_inputs(wh: Path, ds: dt.date, window: list[dt.date]) -> dict[str, int]:
     """The main input rows of each stage (what rows per second divide by)."""
-    record = ledger.read_record(Storage.at(str(wh)), ds, "ingest") or {}
+    record = ledger.read_record(Storage.at(str(wh)), ds, "ingest")
+    assert isinstance(record, IngestRecord), f"no ingest record of {ds} in {wh}"
     follows = rows_in(wh, "clean", "follows", [ds])
     events, views = rows_in(wh, "clean", "events", [ds]), rows_in(wh, "clean", "views", [ds])
     return {
-        "ingest": sum(int(t["rows_in"]) for t in record["tables"].values()),
+        "ingest": sum(t.rows_in for t in record.tables.values()),
         "rates": rows_in(wh, "clean", "events", window) + rows_in(wh, "clean", "views", window),
         "plan": follows,
         "materialize": events + follows,

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from bench import provenance
 from jobs.common.config import load_settings
+from jobs.common.records import PlanRecord
 from jobs.common.spark import build_session
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, has_partition, read_partition
@@ -138,10 +139,11 @@ def main() -> None:
     edges = read_partition(spark, wh, contract("clean", "follows"), last).count()
     result["edges"] = edges
 
-    def plan(strategies: tuple[str, ...], strategy: str) -> tuple[float, dict, dict]:
+    def plan(strategies: tuple[str, ...], strategy: str) -> tuple[float, dict, PlanRecord]:
         s = dataclasses.replace(base, strategies=strategies, strategy=strategy)
         t = time.perf_counter()
         stats = runner.run_stage("plan", s, last, spark)
+        assert isinstance(stats, PlanRecord)
         wall = time.perf_counter() - t
         costs = read_partition(spark, wh, contract("plan", "plan_cost"), last).collect()
         return wall, {r["strategy"]: r.asDict() for r in costs}, stats
@@ -149,14 +151,14 @@ def main() -> None:
     wall, rows, stats = plan(BASELINES, "ff-per-pair")
     result["stages"]["plan_baselines"] = round(wall, 1)
     ff = rows["ff-per-pair"]["total_cost"]
-    result["certificate"] = stats["certificate"]
+    result["certificate"] = stats.certificate.as_dict() if stats.certificate else None
     for name in BASELINES:
         result["strategies"][name] = {"cost": rows[name]["total_cost"], "plan_s": None}
     result["strategies"]["ff-per-pair"]["plan_s"] = round(wall, 1)
     for name in [x for x in args.strategies.split(",") if x]:
         wall, rows, stats = plan(("ff-per-pair", name), name)
         r = rows[name]
-        parts = stats.get("shared_view_parts", {}).get(name, {})
+        parts = stats.shared_view_parts.get(name, {})
         result["strategies"][name] = {
             "cost": r["total_cost"],
             "plan_s": round(wall, 1),

@@ -37,11 +37,11 @@ def summarize() -> dict:
     day = versions.published(wh, ds) if ds is not None else None
     if day is None or day.manifest is None:
         raise FileNotFoundError(f"no day has been published in {wh.uri()}")
-    tables = day.manifest["tables"]
+    tables = day.manifest.tables
     summary = {
         "ds": day.ds.isoformat(),
-        "served": day.manifest["plan"]["served"],
-        "rows": {k: v["rows"] for k, v in sorted(tables.items()) if k.startswith("feeds/")},
+        "served": day.manifest.plan.served,
+        "rows": {k: v.rows for k, v in sorted(tables.items()) if k.startswith("feeds/")},
     }
     print(f"feedpipe published {summary['ds']}: served {summary['served']}, {summary['rows']}")
     return summary

@@ -777,7 +777,7 @@ def cmd_stage(args: argparse.Namespace, settings: Settings) -> int:
 
     refresh = getattr(args, "full_refresh", False)  # a stage with the option has the flag
     result = runner.run_stage(args.verb, settings, args.ds, full_refresh=refresh)
-    print(json.dumps(result, indent=2, default=str))
+    print(result.to_json())
     return 0
 
 
@@ -785,7 +785,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.stages import runner
 
     result = runner.run_day(settings, args.ds, full_refresh=args.full_refresh, only=args.stages)
-    print(json.dumps(result, indent=2, default=str))
+    print(json.dumps({s: r.as_dict() for s, r in result.items()}, indent=2))
     return 0
 
 
@@ -793,7 +793,8 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.stages import runner
 
     result = runner.backfill(settings, args.start, args.end, args.full_refresh, args.stages)
-    print(json.dumps(result, indent=2, default=str))
+    days = {d: {s: r.as_dict() for s, r in day.items()} for d, day in result.items()}
+    print(json.dumps(days, indent=2))
     return 0
 
 

@@ -18,10 +18,9 @@ that every module names them the same way.
 from __future__ import annotations
 
 import datetime as dt
-import json
-from typing import Any
 
 from jobs.common.pipeline import STAGES, stages_from
+from jobs.common.records import RECORD_TYPES, Manifest, StageRecord, ValidationResults
 from jobs.common.storage import Storage, ds_dir
 
 MANIFESTS = "manifests"
@@ -62,13 +61,16 @@ def report_parts(ds: dt.date) -> tuple[str, ...]:
     return ("reports", ds_dir(ds), "index.html")
 
 
-def read_record(wh: Storage, ds: dt.date, stage: str) -> dict[str, Any] | None:
-    """A stage's record of day ``ds``, or None when it has not run (or was withdrawn)."""
+def read_record(wh: Storage, ds: dt.date, stage: str) -> StageRecord | None:
+    """A stage's record of day ``ds`` (its type: ``records.RECORD_TYPES``), or None when it
+    has not run (or was withdrawn)."""
     parts = record_parts(ds, stage)
-    return dict(json.loads(wh.read_text(*parts))) if wh.exists(*parts) else None
+    if not wh.exists(*parts):
+        return None
+    return RECORD_TYPES[stage].from_json(wh.read_text(*parts))
 
 
-def read_records(wh: Storage, ds: dt.date) -> dict[str, Any]:
+def read_records(wh: Storage, ds: dt.date) -> dict[str, StageRecord]:
     """Every stage record of day ``ds`` there is, by stage."""
     out = {}
     for stage in STAGES:
@@ -78,8 +80,21 @@ def read_records(wh: Storage, ds: dt.date) -> dict[str, Any]:
     return out
 
 
-def write_record(wh: Storage, ds: dt.date, stage: str, result: dict[str, Any]) -> None:
-    wh.write_text(json.dumps(result, indent=2, default=str), *record_parts(ds, stage))
+def write_record(wh: Storage, ds: dt.date, record: StageRecord) -> None:
+    wh.write_text(record.to_json(), *record_parts(ds, record.stage))
+
+
+def read_results(wh: Storage, ds: dt.date) -> ValidationResults | None:
+    """The day's validation results, or None when it has not been validated (or was
+    withdrawn)."""
+    parts = results_parts(ds)
+    return ValidationResults.from_json(wh.read_text(*parts)) if wh.exists(*parts) else None
+
+
+def read_manifest(wh: Storage, ds: dt.date) -> Manifest | None:
+    """The day's manifest, or None when there is none."""
+    parts = manifest_parts(ds)
+    return Manifest.from_json(wh.read_text(*parts)) if wh.exists(*parts) else None
 
 
 def withdraw(wh: Storage, ds: dt.date, stage: str) -> None:
@@ -105,11 +120,11 @@ def is_published(wh: Storage, ds: dt.date) -> bool:
     return wh.exists(*success_parts(ds))
 
 
-def mark_published(wh: Storage, ds: dt.date, manifest: dict[str, Any]) -> dt.date:
+def mark_published(wh: Storage, ds: dt.date, manifest: Manifest) -> dt.date:
     """Write the day's manifest (replacing it in one step: the switch to the new version),
     then its ``_SUCCESS``, then move ``latest`` forward to ``ds`` (never backward: a backfill
     of past days keeps it on the newest complete day). Returns the latest day."""
-    wh.write_text(json.dumps(manifest, indent=2, default=str), *manifest_parts(ds))
+    wh.write_text(manifest.to_json(), *manifest_parts(ds))
     wh.write_text(ds.isoformat(), *success_parts(ds))
     current = latest(wh)
     if current is None or ds >= current:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from jobs.common.records import GateResult
+
 
 @functools.cache
 def _environment() -> Any:
@@ -25,9 +27,9 @@ def render(template: str, **context: Any) -> str:
     return str(_environment().get_template(template).render(**context))
 
 
-def gate_verdict(g: dict[str, Any]) -> str:
+def gate_verdict(g: GateResult) -> str:
     """A gate's verdict in a word: passed, FAILED, accepted (failed, and accepted for the day
     by ``accept_gates``) or off (too little history to judge, or nothing to judge)."""
-    if g["passed"] is False and g.get("accepted"):
+    if g.passed is False and g.accepted:
         return "accepted"
-    return {True: "passed", False: "FAILED", None: "off"}[g["passed"]]
+    return {True: "passed", False: "FAILED", None: "off"}[g.passed]

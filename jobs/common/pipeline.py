@@ -12,7 +12,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, cast
+from typing import cast
+
+from jobs.common.records import StageRecord
 
 LANDING_TABLES: tuple[str, ...] = ("follows", "events", "views")
 """The landing tables ``ingest`` reads, each into ``clean/<table>`` and ``quarantine/<table>``."""
@@ -76,9 +78,9 @@ class Stage:
         """The landing tables it reads (the runner checks they have arrived first)."""
         return tuple(t.split("/", 1)[1] for t in self.reads if t.startswith("landing/"))
 
-    def entry(self) -> Callable[..., dict[str, Any]]:
+    def entry(self) -> Callable[..., StageRecord]:
         module, function = self.run.split(":")
-        return cast("Callable[..., dict[str, Any]]", getattr(import_module(module), function))
+        return cast("Callable[..., StageRecord]", getattr(import_module(module), function))
 
 
 _CLEAN = ("clean/follows", "clean/events", "clean/views", "clean/topics", "clean/topic_events")

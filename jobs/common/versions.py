@@ -29,17 +29,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
-import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyarrow import fs as pafs
 
 from jobs.common import ledger
 from jobs.common.errors import FeedpipeError
 from jobs.common.pipeline import REGISTRY
+from jobs.common.records import Manifest, StageRecord, ValidationResults
 from jobs.common.storage import Storage, ds_dir
 
 RUN_PREFIX = "run="
@@ -120,9 +119,9 @@ class DayVersion:
     published: bool
     folders: dict[str, str]
     """``layer/table`` -> ``run=<id>``."""
-    records: dict[str, Any]
-    results: dict[str, Any] | None
-    manifest: dict[str, Any] | None = None
+    records: dict[str, StageRecord]
+    results: ValidationResults | None
+    manifest: Manifest | None = None
 
     def parts(self, key: str) -> tuple[str, ...] | None:
         folder = self.folders.get(key)
@@ -132,13 +131,13 @@ class DayVersion:
         return key in self.folders
 
 
-def _outputs(record: dict[str, Any], where: str) -> dict[str, str]:
-    if "outputs" not in record:
+def _outputs(record: StageRecord, where: str) -> dict[str, str]:
+    if "outputs" not in record.model_fields_set:
         raise LegacyLayout(
             f"{where} was written by a feedpipe that did not version its tables; rebuild the "
             "warehouse with `feedpipe backfill --start FIRST --end LAST --full-refresh`"
         )
-    return {str(k): str(v) for k, v in record["outputs"].items()}
+    return dict(record.outputs)
 
 
 def working(wh: Storage, ds: dt.date) -> DayVersion:
@@ -148,29 +147,26 @@ def working(wh: Storage, ds: dt.date) -> DayVersion:
     for stage, record in records.items():
         if stage in OWNER.values():
             folders.update(_outputs(record, wh.uri(*ledger.record_parts(ds, stage))))
-    results_at = ledger.results_parts(ds)
-    results = json.loads(wh.read_text(*results_at)) if wh.exists(*results_at) else None
-    return DayVersion(ds, False, folders, records, results)
+    return DayVersion(ds, False, folders, records, ledger.read_results(wh, ds))
 
 
 def published(wh: Storage, ds: dt.date) -> DayVersion | None:
     """The day as last published, or None when it never was."""
-    if not ledger.is_published(wh, ds) or not wh.exists(*ledger.manifest_parts(ds)):
+    manifest = ledger.read_manifest(wh, ds) if ledger.is_published(wh, ds) else None
+    if manifest is None:
         return None
-    manifest = json.loads(wh.read_text(*ledger.manifest_parts(ds)))
-    if "versions" not in manifest:
+    if "versions" not in manifest.model_fields_set:
         raise LegacyLayout(
             f"{wh.uri(*ledger.manifest_parts(ds))} was written by a feedpipe that did not "
             "version its tables; rebuild the warehouse with "
             "`feedpipe backfill --start FIRST --end LAST --full-refresh`"
         )
-    quality = manifest.get("quality", {})
     return DayVersion(
         ds,
         True,
-        {str(k): str(v) for k, v in manifest["versions"].items()},
-        dict(manifest.get("stages", {})),
-        quality.get("results"),
+        dict(manifest.versions),
+        dict(manifest.stages),
+        manifest.quality.results,
         manifest,
     )
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from jobs.common import versions
 from jobs.common.dates import recent_since
+from jobs.common.records import MaterializeRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import contract_of
 from jobs.serving.published import Location, locations, published_days
@@ -116,16 +117,16 @@ def feed_settings(wh: Storage) -> list[tuple[dt.date, int, bool, int, dt.datetim
     out = []
     for ds in published_days(wh):
         day = versions.published(wh, ds)
-        state = (day.records.get("materialize") if day else None) or {}
-        if "feed_k" not in state:
+        state = day.records.get("materialize") if day else None
+        if not isinstance(state, MaterializeRecord) or state.feed_k is None:
             continue
         out.append(
             (
                 ds,
-                int(state["feed_k"]),
-                state.get("coherency") == "per_producer",
-                int(state.get("feed_k_per_producer", 3)),
-                recent_since(ds, float(state.get("diversity_hours", 24.0))).replace(tzinfo=None),
+                state.feed_k,
+                state.coherency == "per_producer",
+                state.k_per_producer,
+                recent_since(ds, state.window_hours).replace(tzinfo=None),
             )
         )
     return out

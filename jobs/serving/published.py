@@ -133,7 +133,7 @@ def locations(
     for d in days:
         day = _version(wh, d, unpublished)
         present.update(day.folders)
-        rows = {k: v.get("rows") for k, v in (day.manifest or {}).get("tables", {}).items()}
+        rows = {k: v.rows for k, v in day.manifest.tables.items()} if day.manifest else {}
         for name in sorted(day.folders) if key is None else [key]:
             parts = day.parts(name)
             if parts is not None:

@@ -30,6 +30,7 @@ from jobs.common import versions
 from jobs.common.dates import recent_since
 from jobs.common.errors import FeedpipeError
 from jobs.common.pointers import resolve
+from jobs.common.records import MaterializeRecord
 from jobs.common.storage import Storage
 from jobs.serving.published import require_warehouse
 
@@ -147,11 +148,12 @@ class FeedReader:
         if not version.has("feeds/consumer_feed"):
             raise FeedError(f"no feeds materialized for {ds} in {self.wh.uri('feeds')}")
         self.version = version
-        state = version.records.get("materialize") or {}
-        self.materialized_k = int(state["feed_k"]) if "feed_k" in state else None
-        self.coherency = str(state.get("coherency", "global"))
-        self.k_per_producer = int(state.get("feed_k_per_producer", 3))
-        self.recent_since = recent_since(ds, float(state.get("diversity_hours", 24.0)))
+        state = version.records.get("materialize")
+        state = state if isinstance(state, MaterializeRecord) else MaterializeRecord()
+        self.materialized_k = state.feed_k
+        self.coherency = state.coherency or "global"
+        self.k_per_producer = state.k_per_producer
+        self.recent_since = recent_since(ds, state.window_hours)
         self.published = published is not None and published.folders == version.folders
 
     @classmethod

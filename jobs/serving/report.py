@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from jobs.common import ledger, versions
 from jobs.common.config import PURE_STRATEGIES, Settings
 from jobs.common.pages import gate_verdict, render
+from jobs.common.records import (
+    IngestRecord,
+    PlanRecord,
+    RatesRecord,
+    TableAccount,
+    TopicAccount,
+    ValidationResults,
+)
 from jobs.common.storage import Storage
 from jobs.common.versions import DayVersion
 from jobs.serving import charts
@@ -44,33 +52,39 @@ def bound_text(row: dict) -> str:
     )
 
 
-def served_why(plan: dict | None, rows: list[dict]) -> str:
+def plan_record(day: DayVersion) -> PlanRecord | None:
+    plan = day.records.get("plan")
+    return plan if isinstance(plan, PlanRecord) else None
+
+
+def served_why(plan: PlanRecord | None, rows: list[dict]) -> str:
     """Why the served plan was served, from the day's plan record: the cheapest of the
     strategies computed (``auto``), or forced by configuration (and what that cost)."""
     if not plan or not rows:
         return ""
-    served = plan.get("strategy")
-    if not plan.get("forced"):
+    served = plan.strategy
+    if not plan.forced:
         return f"auto: the cheapest of {len(rows)} strategies computed"
-    costs = plan.get("costs", {})
-    cheapest = plan.get("cheapest")
-    if cheapest and cheapest != served and costs.get(cheapest) is not None:
-        return (
-            f"forced by configuration (strategy = {served}); {cheapest} would cost "
-            f"{costs[served] - costs[cheapest]:,.1f} per hour less"
-        )
+    costs, cheapest = plan.costs, plan.cheapest
+    if served and cheapest and cheapest != served:
+        mine, best = costs.get(served), costs.get(cheapest)
+        if mine is not None and best is not None:
+            return (
+                f"forced by configuration (strategy = {served}); {cheapest} would cost "
+                f"{mine - best:,.1f} per hour less"
+            )
     return f"forced by configuration (strategy = {served}), also the cheapest"
 
 
-def target_text(plan: dict | None) -> str:
+def target_text(plan: PlanRecord | None) -> str:
     """The latency target the day's plans were judged against (the plan record's, not the
     settings of whoever reads the report)."""
-    t = (plan or {}).get("latency_target")
-    if not t:
+    t = plan.latency_target if plan else None
+    if t is None:
         return "latency target: not recorded for this day"
     return (
-        f"latency target: at most {t['bound']} {t['metric']} per feed view for "
-        f"{100 * t['quantile']:g}% of feed views"
+        f"latency target: at most {t.bound} {t.metric} per feed view for "
+        f"{100 * t.quantile:g}% of feed views"
     )
 
 
@@ -109,7 +123,7 @@ def text_report(settings: Settings, ds: dt.date) -> str:
             f"{r['evaluation_cost']:>12,.1f} {rel:>12} {r['push_edges']:>9,} {r['pull_edges']:>9,} "
             f"{r['views']:>7,} {pct:>16} {target:>10} {gap_text(r):>9}"
         )
-    plan = day.records.get("plan")
+    plan = plan_record(day)
     out.append(
         "  (* = served; in target: share of feed views within the latency target, ! = below it)"
     )
@@ -123,19 +137,17 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     if inactive:
         out.append(f"  {inactive} inactive consumers: no materialized feed, served by pull")
 
-    for g in (day.results or {}).get("gates", []):
+    for g in day.results.gates if day.results else []:
         ratio = (
-            ""
-            if g["ratio"] is None
-            else f" ratio {g['ratio']:.3f} (allowed {g['lower']:g} to {g['upper']:g})"
+            "" if g.ratio is None else f" ratio {g.ratio:.3f} (allowed {g.lower:g} to {g.upper:g})"
         )
-        note = f": {g['note']}" if g.get("note") else ""
-        out.append(f"  gate {g['gate']:<14} {g['table']:<8} {gate_verdict(g)}{ratio}{note}")
+        note = f": {g.note}" if g.note else ""
+        out.append(f"  gate {g.gate:<14} {g.table:<8} {gate_verdict(g)}{ratio}{note}")
     if day.manifest is not None:
-        for table, c in day.manifest.get("input", {}).items():
+        for table, c in day.manifest.input.items():
             out.append(
-                f"  input {table:<8} {c['rows_in']:>10,} rows = {c['clean']:,} clean"
-                f" + {c['duplicates']:,} duplicates + {c['quarantined']:,} quarantined"
+                f"  input {table:<8} {c.rows_in:>10,} rows = {c.clean or 0:,} clean"
+                f" + {c.duplicates:,} duplicates + {c.quarantined:,} quarantined"
             )
     return "\n".join(out)
 
@@ -300,8 +312,8 @@ class DayReport:
     trend: tuple[TrendRow, ...]
     trend_series: tuple[str, ...]
     trend_chart: charts.Chart
-    accounting: tuple[tuple[str, dict], ...]
-    topics: dict | None
+    accounting: tuple[tuple[str, TableAccount], ...]
+    topics: TopicAccount | None
     quality: Quality | None
 
 
@@ -317,11 +329,12 @@ def day_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) ->
     rows = tuple(StrategyRow.of(r, pure) for r in raw)
     served = next((r for r in rows if r.chosen), None)
     records = day.records
-    plan = records.get("plan")
-    hist = (plan or {}).get("sources_hist")
-    shares = hist["shares"].get(served.strategy) if hist and served else None
+    plan = plan_record(day)
+    hist = plan.sources_hist if plan else None
+    shares = hist.shares.get(served.strategy) if hist and served else None
     n_flash, top = flash_producers(wh, day)
-    recorded_flash = records.get("rates", {}).get("flash_producers")
+    rates = records.get("rates")
+    recorded_flash = rates.flash_producers if isinstance(rates, RatesRecord) else None
     trend = tuple(TrendRow(**t) for t in trend_rows(wh, ds))
     series: dict[str, list[float | None]] = {
         "served": [t.served for t in trend],
@@ -329,9 +342,10 @@ def day_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) ->
     }
     if any(t.realized is not None for t in trend):
         series["realized"] = [t.realized for t in trend]
-    source = day.manifest if day.manifest is not None else records.get("ingest", {})
-    accounting = source.get("input" if day.manifest is not None else "tables", {})
-    topics = source.get("topics", {})
+    ingest = records.get("ingest")
+    ingest = ingest if isinstance(ingest, IngestRecord) else IngestRecord()
+    accounting = day.manifest.input if day.manifest is not None else ingest.tables
+    topics = day.manifest.topics if day.manifest is not None else ingest.topics
     return DayReport(
         ds=ds,
         published=day.published,
@@ -368,38 +382,32 @@ def day_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) ->
             digits=0,
         ),
         latency_chart=(
-            charts.columns("chart-latency", hist["buckets"], shares, "latency")
+            charts.columns("chart-latency", hist.buckets, shares, "latency")
             if hist and shares
             else None
         ),
         latency_target=target_text(plan),
         flash_count=n_flash,
         flash_top=tuple(top),
-        flash_mismatch=bool(records.get("rates")) and recorded_flash not in (None, n_flash),
+        flash_mismatch=recorded_flash not in (None, n_flash),
         trend=trend,
         trend_series=tuple(series),
         trend_chart=charts.lines("chart-trend", [t.ds.isoformat()[5:] for t in trend], series),
         accounting=tuple(accounting.items()),
-        topics=topics
-        if topics and (topics.get("clean") or topics.get("rows_in") or topics.get("carried"))
-        else None,
+        topics=topics if topics.any else None,
         quality=_quality(day.results),
     )
 
 
-def _quality(results: dict | None) -> Quality | None:
+def _quality(results: ValidationResults | None) -> Quality | None:
     if results is None:
         return None
     suites = tuple(
-        (
-            name,
-            s.get("expectations"),
-            ", ".join(f["expectation"] for f in s.get("failed", [])) or "0",
-        )
-        for name, s in sorted(results.get("suites", {}).items())
+        (name, s.expectations, ", ".join(f.expectation for f in s.failed) or "0")
+        for name, s in sorted(results.suites.items())
     )
-    gates = tuple({**g, "verdict": gate_verdict(g)} for g in results.get("gates", []))
-    return Quality(bool(results.get("success")), suites, gates)
+    gates = tuple({**g.as_dict(), "verdict": gate_verdict(g)} for g in results.gates)
+    return Quality(results.success, suites, gates)
 
 
 def html_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) -> str:
@@ -418,7 +426,7 @@ def _rebuild(wh: Storage, day: DayVersion) -> tuple[str, bool] | None:
     if work.folders == day.folders and work.records.keys() >= day.records.keys():
         return None
     done = ", ".join(s for s in work.records) or "no stage"
-    failed = work.results is not None and not work.results.get("success")
+    failed = work.results is not None and not work.results.success
     return ("its validation FAILED" if failed else f"finished so far: {done}"), failed
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.common import ledger
 from jobs.common.config import PURE_STRATEGIES, Settings
+from jobs.common.records import GateResult, IngestRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import (
     DAILY_COUNTS,
@@ -25,7 +26,7 @@ from jobs.common.tables import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-from jobs.stages.gates import failed_gates, gates
+from jobs.stages.gates import gates
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def pushed_edge_check(consumer_feed: DataFrame, edge_plan: DataFrame) -> DataFra
 
 
 def accounting_check(
-    spark: SparkSession, wh: Storage, ds: dt.date, ingest: dict[str, Any]
+    spark: SparkSession, wh: Storage, ds: dt.date, ingest: IngestRecord
 ) -> DataFrame:
     """Per landing table: rows_in (as read) vs clean + quarantined rows as written; and, for
     events and views, the clean rows against the sum of ingest's per-day counts
@@ -184,21 +185,20 @@ def accounting_check(
     All written rows are counted in one Spark job (a few rows per landing table come back)."""
     counted = _written_counts(spark, wh, ds, ingest)
     rows: list[tuple[str, int, int, int | None, int | None]] = []
-    for table, c in sorted(ingest["tables"].items()):
-        n_clean = counted.get((table, "c"), 0) if table in DAILY_COUNTS else int(c["clean"])
+    for table, c in sorted(ingest.tables.items()):
+        n_clean = counted.get((table, "c"), 0) if table in DAILY_COUNTS else int(c.clean or 0)
         accounted = counted.get((table, "q"), 0) + n_clean
         if table in DAILY_COUNTS:  # no counts partition at all: a mismatch unless there are no rows
             n_counted = counted.get((table, "n"), 0)
-            rows.append((table, int(c["rows_in"]), accounted, n_clean, n_counted))
+            rows.append((table, c.rows_in, accounted, n_clean, n_counted))
         else:
-            rows.append((table, int(c["rows_in"]), accounted, None, None))
-    topics = ingest.get("topics") or {}
-    if topics.get("matches") or counted.get(("topic_events", "c")):
+            rows.append((table, c.rows_in, accounted, None, None))
+    if ingest.topics.matches or counted.get(("topic_events", "c")):
         matched = counted.get(("topic_events", "c"), 0)
         rows.append(
             (
                 "topic_events",
-                int(topics.get("matches", 0)),
+                ingest.topics.matches,
                 matched,
                 matched,
                 counted.get(("topic_events", "n"), 0),
@@ -209,7 +209,7 @@ def accounting_check(
 
 
 def _written_counts(
-    spark: SparkSession, wh: Storage, ds: dt.date, ingest: dict[str, Any]
+    spark: SparkSession, wh: Storage, ds: dt.date, ingest: IngestRecord
 ) -> dict[tuple[str, str], int]:
     """Rows as written, by (table, kind): ``q`` quarantined, ``c`` clean, ``n`` the sum of the
     per-day counts; the topics' matches and counts under ``topic_events`` (one Spark job)."""
@@ -227,7 +227,7 @@ def _written_counts(
         )
         matched = read_partition(spark, wh, te_c, ds)
     written = []
-    for table in sorted(ingest["tables"]):
+    for table in sorted(ingest.tables):
         quarantined = read_partition(spark, wh, q, ds, table=table)
         written.append(quarantined.select(F.lit(table).alias("t"), F.lit("q").alias("k"), one))
         if table in DAILY_COUNTS:
@@ -268,7 +268,7 @@ def check_frames(
     settings: Settings,
     ds: dt.date,
     wh: Storage,
-    day_gates: list[dict[str, Any]] | None = None,
+    day_gates: list[GateResult] | None = None,
 ) -> dict[str, DataFrame]:
     """Each suite's check frame; ``day_gates``: the day's :func:`gates` (computed here when
     not given)."""
@@ -276,7 +276,7 @@ def check_frames(
     tables = {name: read_partition(spark, wh, contract_of(name), ds) for name in CHECKED_TABLES}
     frames = table_checks(tables, settings.strategy == "auto")
     ingested = ledger.read_record(wh, ds, "ingest")
-    if ingested is not None:
+    if isinstance(ingested, IngestRecord):
         frames["ingest.accounting"] = accounting_check(spark, wh, ds, ingested)
         if day_gates is None:
             day_gates = gates(settings, ds, wh, ingested)
@@ -321,13 +321,10 @@ def table_checks(tables: dict[str, DataFrame], auto: bool) -> dict[str, DataFram
     }
 
 
-def gates_frame(spark: SparkSession, day_gates: list[dict[str, Any]]) -> DataFrame:
+def gates_frame(spark: SparkSession, day_gates: list[GateResult]) -> DataFrame:
     """The gates as the ``ingest.gates`` suite checks them: ``holds`` is false for a gate that
-    failed and was not accepted."""
-    rows = [
-        tuple({**g, "holds": g not in failed_gates([g])}.get(f) for f in GATE_FIELDS)
-        for g in day_gates
-    ]
+    failed and was not accepted (:attr:`GateResult.holds`)."""
+    rows = [tuple(getattr(g, f) for f in GATE_FIELDS) for g in day_gates]
     return spark.createDataFrame(rows, GATES_SCHEMA)
 
 

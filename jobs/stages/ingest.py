@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.common.config import Settings
 from jobs.common.pipeline import LANDING_TABLES
+from jobs.common.records import IngestRecord, TableAccount
 from jobs.common.storage import Storage
 from jobs.common.tables import (
     DAILY_COUNTS,
@@ -66,18 +67,18 @@ from jobs.stages.rules import (
 log = logging.getLogger(__name__)
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> IngestRecord:
     with landing_errors():
         return _run(spark, settings, ds, wh)
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> IngestRecord:
     """Ingest one day: every landing table (:func:`ingest_table`), then the topics' definitions
     and matches; returns the row accounting per table (also written by ``publish``)."""
     from pyspark.sql import functions as F
 
     landing = Storage.at(settings.landing)
-    stats: dict[str, Any] = {}
+    stats: dict[str, TableAccount] = {}
     per_id: dict[str, DataFrame] = {}
     for table in LANDING_TABLES:
         stats[table], counted = ingest_table(spark, settings, ds, wh, landing, table)
@@ -92,11 +93,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
     for table, counts_by_id in per_id.items():
         write_partition(counts_by_id, wh, contract("clean", DAILY_COUNTS[table][0]), ds)
     # the tables run as empty on purpose: the manifest shows them and the volume gates skip them
-    return {
-        "tables": stats,
-        "topics": topic_stats,
-        "allowed_empty": list(settings.allow_empty),
-    }
+    return IngestRecord(tables=stats, topics=topic_stats, allowed_empty=list(settings.allow_empty))
 
 
 def ingest_table(
@@ -106,7 +103,7 @@ def ingest_table(
     wh: Storage,
     landing: Storage,
     table: str,
-) -> tuple[dict[str, Any], DataFrame | None]:
+) -> tuple[TableAccount, DataFrame | None]:
     """One landing table of the day: its quarantine is written first, then the accounting is
     taken from the written rows against an independent count of the rows read, and the clean
     table is written only if the quarantined share is within ``max_quarantine_share``.
@@ -140,7 +137,7 @@ def ingest_table(
     counts = accounting(spark, wh, table, ds, raw.count())
     clean_c = contract("clean", table)
     if table == "follows":  # its clean table is the graph: count the accepted changes
-        counts["clean"] = tagged.where(F.col("reason").isNull()).count()
+        counts = counts.model_copy(update={"clean": tagged.where(F.col("reason").isNull()).count()})
     quarantined = located(wh, contract("quarantine", "rows"), ds, table)
     assert quarantined is not None
     check_share(table, counts, settings.max_quarantine_share, wh.uri(*quarantined))
@@ -153,20 +150,21 @@ def ingest_table(
         if previous is None and not has_snapshot:
             log.warning("no follow graph before %s and no snapshot: starting from empty", ds)
         clean = apply_follows(previous, tagged, has_snapshot)
-        counts["snapshot"] = has_snapshot
+        counts = counts.model_copy(update={"snapshot": has_snapshot})
     else:
         clean = clean_rows(tagged, table)
     write_partition(clean, wh, clean_c, ds)
     counted = None
     if table == "follows" and previous is not None:  # the graph as written against D-1's
         if files:
-            counts.update(graph_change(previous, read_partition(spark, wh, clean_c, ds)))
+            change = graph_change(previous, read_partition(spark, wh, clean_c, ds))
         else:  # no follow changes landed: the previous graph carried over as it was
             edges = partition_rows(wh, clean_c, ds)
-            counts.update(edges_before=edges, edges=edges, edges_added=0, edges_removed=0)
+            change = dict(edges_before=edges, edges=edges, edges_added=0, edges_removed=0)
+        counts = counts.model_copy(update=change)
     if table != "follows":  # the clean rows as written
         written = read_partition(spark, wh, clean_c, ds)
-        counts["clean"] = written.count()
+        counts = counts.model_copy(update={"clean": written.count()})
         id_col = DAILY_COUNTS[table][1]
         counted = written.groupBy(id_col).agg(F.count("*").alias("n"))
         if table == "views":  # the events' counts wait for the topics' matches

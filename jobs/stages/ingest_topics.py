@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.common.config import Settings
+from jobs.common.records import TopicAccount
 from jobs.common.storage import Storage, ds_dir
 from jobs.common.tables import (
     ContractError,
@@ -62,21 +63,6 @@ def account_ids(spark: SparkSession, wh: Storage, ds: dt.date) -> DataFrame:
     return ids.distinct()
 
 
-NO_TOPICS: dict[str, Any] = dict(
-    rows_in=0,
-    clean=0,
-    duplicates=0,
-    quarantined=0,
-    quarantine_reasons={},
-    snapshot=False,
-    carried=0,
-    matches=0,
-    matched_events=0,
-    matched_topics=0,
-)
-"""The topic accounting of a day with no definition landed or in force."""
-
-
 def definitions(
     spark: SparkSession, wh: Storage, landing: Storage, ds: dt.date, snapshot: bool
 ) -> tuple[DataFrame, int]:
@@ -109,7 +95,7 @@ def definitions(
 
 def ingest_topics(
     spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, landing: Storage
-) -> dict[str, Any]:
+) -> TopicAccount:
     """The topic definitions in force on ``ds`` (``clean/topics``) and the day's events that
     match them (``clean/topic_events``), after the day's events and graph are written.
 
@@ -140,7 +126,7 @@ def ingest_topics(
         write_partition(empty_frame(spark, tp_c), wh, tp_c, ds)
         write_partition(empty_frame(spark, te_c), wh, te_c, ds)
         log.info("ingest topics %s: none in force", ds)
-        return {**NO_TOPICS, "snapshot": snapshot, "quarantine_reasons": {}}
+        return TopicAccount(clean=0, snapshot=snapshot)
     accounts = account_ids(spark, wh, ds)
     tagged = tag_definitions(rows, accounts).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -156,7 +142,7 @@ def ingest_topics(
         write_partition(in_force, wh, tp_c, ds)
         defined = partition_rows(wh, tp_c, ds)
         if not snapshot:
-            carried = counts["duplicates"] + counts["quarantined"] + defined
+            carried = counts.duplicates + counts.quarantined + defined
         if defined and settings.coherency != "global":
             raise TopicsUnsupported(
                 f"{ds}: {defined} topic definition(s) are in force, but topic producers need"
@@ -176,7 +162,8 @@ def ingest_topics(
         F.countDistinct("topic_id").alias("topics"),
     ).first()
     assert m is not None
-    counts.update(
+    topics = TopicAccount(
+        **counts.model_dump(exclude={"clean", "snapshot"}),
         clean=defined,
         snapshot=snapshot,
         carried=carried,
@@ -184,5 +171,5 @@ def ingest_topics(
         matched_events=int(m["events"]),
         matched_topics=int(m["topics"]),
     )
-    log.info("ingest topics %s: %s", ds, counts)
-    return counts
+    log.info("ingest topics %s: %s", ds, topics)
+    return topics

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.common import ledger
 from jobs.common.config import Settings
 from jobs.common.dates import recent_since
+from jobs.common.records import MaterializeRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import (
     contract,
@@ -339,14 +340,14 @@ def can_increment(wh: Storage, ds: dt.date, settings: Settings) -> tuple[bool, s
         if not has_partition(wh, contract(layer, table), prev):
             return False, f"{layer}/{table} has no partition {prev}"
     state = ledger.read_record(wh, prev, "materialize")
-    if state is None:
+    if not isinstance(state, MaterializeRecord):
         return False, f"no materialize record for {prev}"
-    if state.get("feeds_layout") != FEEDS_LAYOUT:
+    if state.feeds_layout != FEEDS_LAYOUT:
         return False, f"the feeds of {prev} predate topic streams (no author_id, stream_id)"
-    if state.get("feed_k") != settings.feed_k or state.get("coherency") != settings.coherency:
+    if state.feed_k != settings.feed_k or state.coherency != settings.coherency:
         return (
             False,
-            f"feed settings changed since {prev} ({state.get('feed_k')}/{state.get('coherency')})",
+            f"feed settings changed since {prev} ({state.feed_k}/{state.coherency})",
         )
     return True, "previous day's state present"
 
@@ -425,7 +426,7 @@ def run(
     ds: dt.date,
     wh: Storage,
     full_refresh: bool = False,
-) -> dict[str, Any]:
+) -> MaterializeRecord:
     from pyspark.sql import functions as F
 
     k = settings.feed_k
@@ -456,14 +457,13 @@ def run(
         view_feed(producer_feed, members, k, shared), wh, contract("feeds", "view_feed"), ds
     )
 
-    stats = {
-        "mode": "incremental" if incremental else "full",
-        "reason": why,
-        "feed_k": k,
-        "coherency": settings.coherency,
-        "feed_k_per_producer": settings.feed_k_per_producer,
-        "diversity_hours": settings.diversity_hours,
-        "topic_streams": shared,
-        "feeds_layout": FEEDS_LAYOUT,
-    }
-    return stats
+    return MaterializeRecord(
+        mode="incremental" if incremental else "full",
+        reason=why,
+        feed_k=k,
+        coherency=settings.coherency,
+        feed_k_per_producer=settings.feed_k_per_producer,
+        diversity_hours=settings.diversity_hours,
+        topic_streams=shared,
+        feeds_layout=FEEDS_LAYOUT,
+    )

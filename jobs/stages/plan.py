@@ -24,6 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import SHARED_VIEW_STRATEGIES, STRATEGIES, Settings
 from jobs.common.exact import exact_sum
+from jobs.common.records import (
+    CertificateRecord,
+    LatencyTarget,
+    PlanRecord,
+    SourcesHistogram,
+)
 from jobs.common.spark import UNCOMPRESSED_CACHE, empty_frame
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, has_partition, read_partition, write_partition
@@ -253,7 +259,7 @@ strategy and follow edge) are built once and scanned by every later step (the co
 plan's range write, the sources), and partitioned by consumer."""
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> PlanRecord:
     from jobs.common.spark import scoped_conf
 
     with scoped_conf(spark, PLAN_CONF, settings):
@@ -339,21 +345,22 @@ def certified(costs: DataFrame, chosen: str, bound_value: float, kind: str) -> D
 
 
 def certificate_record(
-    cert: bound.Certificate, bound_value: float, served_cost: float
-) -> dict[str, Any]:
+    cert: bound.Certificate, bound_value: float, served_cost: float, seconds: float
+) -> CertificateRecord:
     """The plan record's ``certificate``: the bound, how it was computed, the served plan's
-    gap above it."""
-    return {
-        "lower_bound": bound_value,
-        "bound": cert.kind,
-        "max_followers": cert.max_followers,
-        "pairs": cert.pairs,
-        "computed": cert.where,
-        "gap": (served_cost - bound_value) / bound_value if bound_value else None,
-    }
+    gap above it, and how long it took."""
+    return CertificateRecord(
+        lower_bound=bound_value,
+        bound=cert.kind,
+        max_followers=cert.max_followers,
+        pairs=cert.pairs,
+        computed=cert.where,
+        gap=(served_cost - bound_value) / bound_value if bound_value else None,
+        seconds=seconds,
+    )
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> PlanRecord:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -396,32 +403,29 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
 
     plans.release()
 
-    stats = {
-        "strategy": chosen,
-        "forced": forced is not None,
-        "cheapest": cheapest,
-        "costs": {s: r.get("total_cost") for s, r in sorted(rows.items())},
-        "mode_changes": rows[chosen].get("mode_changes"),
-        "latency_met": rows[chosen].get("latency_met"),
-        "latency_share": rows[chosen].get("latency_share"),
+    stats = PlanRecord(
+        strategy=chosen,
+        forced=forced is not None,
+        cheapest=cheapest,
+        costs={s: r.get("total_cost") for s, r in sorted(rows.items())},
+        mode_changes=rows[chosen].get("mode_changes"),
+        latency_met=rows[chosen].get("latency_met"),
+        latency_share=rows[chosen].get("latency_share"),
         # the target the day's plans were judged against (the report shows it, not the flags)
-        "latency_target": {
-            "metric": settings.latency_metric,
-            "bound": settings.latency_bound,
-            "quantile": settings.latency_quantile,
-        },
-        "inactive_consumers": rows[chosen].get("inactive_consumers"),
-        "shared_view_parts": parts,
-        "certificate": {
-            **certificate_record(cert, bound_value, rows[chosen]["total_cost"]),
-            "seconds": cert_seconds,
-        },
+        latency_target=LatencyTarget(
+            metric=settings.latency_metric,
+            bound=settings.latency_bound,
+            quantile=settings.latency_quantile,
+        ),
+        inactive_consumers=rows[chosen].get("inactive_consumers"),
+        shared_view_parts=parts,
+        certificate=certificate_record(cert, bound_value, rows[chosen]["total_cost"], cert_seconds),
         # the latency distribution of every strategy (cost.SOURCE_BUCKETS), for the report
-        "sources_hist": {
-            "buckets": [b[0] for b in cost.SOURCE_BUCKETS],
-            "shares": {s: r.get("sources_hist") for s, r in sorted(rows.items())},
-        },
-    }
+        sources_hist=SourcesHistogram(
+            buckets=[b[0] for b in cost.SOURCE_BUCKETS],
+            shares={s: r.get("sources_hist") for s, r in sorted(rows.items())},
+        ),
+    )
 
     log.info("plan %s: %s", ds, stats)
     return stats

@@ -26,6 +26,15 @@ from jobs.common import ledger, versions
 from jobs.common.config import Settings
 from jobs.common.errors import FeedpipeError
 from jobs.common.pipeline import LANDING_TABLES
+from jobs.common.records import (
+    MANIFEST_FORMAT,
+    IngestRecord,
+    Manifest,
+    PlanSummary,
+    PublishedTable,
+    PublishRecord,
+    Quality,
+)
 from jobs.common.storage import Storage
 from jobs.common.tables import PUBLISHED_TABLES, contract
 
@@ -41,7 +50,7 @@ def refuse_unready(day: versions.DayVersion, wh: Storage) -> None:
     it was rebuilt, or misses a published table."""
     ds = day.ds
     quality = ledger.results_parts(ds)
-    if day.results is not None and not day.results.get("success"):
+    if day.results is not None and not day.results.success:
         raise PublishRefused(f"{ds} failed validation ({wh.uri(*quality)}); not publishing")
     not_run = versions.missing_records(wh, ds)
     if not_run:
@@ -60,22 +69,21 @@ def refuse_unready(day: versions.DayVersion, wh: Storage) -> None:
         raise PublishRefused(f"{ds} is incomplete, missing partitions: {', '.join(missing)}")
 
 
-def manifest_of(settings: Settings, day: versions.DayVersion, wh: Storage) -> dict[str, Any]:
+def manifest_of(settings: Settings, day: versions.DayVersion, wh: Storage) -> Manifest:
     """The day's manifest (docs/storage.md): its tables with their rows and run folders, the
     input accounting, the plan served and every strategy's cost, the stage records and the
     validation outcome (:func:`refuse_unready` has passed the day: it has results)."""
     ds = day.ds
-    results = day.results or {}
+    results = day.results
+    assert results is not None
     tables = {}
     for layer, table in PUBLISHED_TABLES:
         parts = day.parts(contract(layer, table).ref())
         assert parts is not None
         versions.note_read(f"{layer}/{table}", ds)  # counted, named, copied to publish_to
-        tables[f"{layer}/{table}"] = {
-            "rows": wh.dataset(*parts).count_rows(),
-            "location": wh.uri(*parts),
-            "path": "/".join(parts),
-        }
+        tables[f"{layer}/{table}"] = PublishedTable(
+            rows=wh.dataset(*parts).count_rows(), location=wh.uri(*parts), path="/".join(parts)
+        )
     quarantine = {}
     for t in (*LANDING_TABLES, "topics"):
         parts = day.parts(contract("quarantine", "rows").ref(t))
@@ -85,39 +93,36 @@ def manifest_of(settings: Settings, day: versions.DayVersion, wh: Storage) -> di
     cost_parts = day.parts(contract("plan", "plan_cost").ref())
     assert cost_parts is not None
     plan_cost = wh.dataset(*cost_parts).to_table().to_pylist()
-    records = day.records
-    manifest = {
-        "ds": ds.isoformat(),
-        "settings": settings.as_dict(),
-        "input": records.get("ingest", {}).get("tables", {}),
-        "topics": records.get("ingest", {}).get("topics", {}),
-        "allowed_empty": records.get("ingest", {}).get("allowed_empty", []),
-        "quarantine_rows": quarantine,
-        "tables": tables,
-        "versions": dict(sorted(day.folders.items())),
-        "plan": {
-            "served": next((r["strategy"] for r in plan_cost if r["chosen"]), None),
-            "strategies": sorted(plan_cost, key=lambda r: r["total_cost"]),
-        },
-        "stages": records,
-        "quality": {
-            "success": True,
-            "suites": len(results.get("suites", {})),
-            "gates": results.get("gates", []),
-            "accepted_gates": sorted(
-                {
-                    g["gate"]
-                    for g in results.get("gates", [])
-                    if g.get("accepted") and g["passed"] is False
-                }
+    ingest = day.records.get("ingest")
+    ingest = ingest if isinstance(ingest, IngestRecord) else IngestRecord()
+    return Manifest(
+        format=MANIFEST_FORMAT,
+        ds=ds,
+        settings=settings.as_dict(),
+        input=ingest.tables,
+        topics=ingest.topics,
+        allowed_empty=ingest.allowed_empty,
+        quarantine_rows=quarantine,
+        tables=tables,
+        versions=dict(sorted(day.folders.items())),
+        plan=PlanSummary(
+            served=next((r["strategy"] for r in plan_cost if r["chosen"]), None),
+            strategies=sorted(plan_cost, key=lambda r: r["total_cost"]),
+        ),
+        stages=day.records,
+        quality=Quality(
+            success=True,
+            suites=len(results.suites),
+            gates=results.gates,
+            accepted_gates=sorted(
+                {g.gate for g in results.gates if g.accepted and g.passed is False}
             ),
-            "results": results,
-        },
-    }
-    return manifest
+            results=results,
+        ),
+    )
 
 
-def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[str, Any]:
+def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> PublishRecord:
     """Publish ``ds``: switch the day to the version its stages just built (and copy it to
     ``settings.publish_to``; ``s3``: a boto3 client to do that with instead of the one the
     environment configures)."""
@@ -129,14 +134,14 @@ def run(settings: Settings, ds: dt.date, wh: Storage, s3: Any = None) -> dict[st
         from jobs.stages.publish_s3 import publish_day
 
         tables_parts = [versions.version_parts(k, ds, f) for k, f in day.folders.items()]
-        manifest["published"] = publish_day(
+        copied = publish_day(
             wh, ds, manifest, tables_parts, settings.publish_to, settings.publish_part_mb, s3=s3
         )
+        manifest = manifest.model_copy(update={"published": copied})
     newest = ledger.mark_published(wh, ds, manifest)
     # the version replaced stays: a reader that resolved the day just before may still read it
     removed = versions.prune(wh, ds, [day, before])
     log.info("published %s (%d superseded run folders removed)", ds, removed)
-    out = {"manifest": wh.uri(*ledger.manifest_parts(ds)), "latest": newest.isoformat()}
-    if "published" in manifest:
-        out["published"] = manifest["published"]
-    return out
+    return PublishRecord(
+        manifest=wh.uri(*ledger.manifest_parts(ds)), latest=newest, published=manifest.published
+    )

@@ -7,8 +7,9 @@ the warehouse. Under ``publish_to = "s3://BUCKET/PREFIX"``:
   ``jobs.common.tables.PUBLISHED_TABLES`` at its warehouse path
   (``feeds/consumer_feed/ds=D/run=R/part-*.parquet``, ...), the stage records and the validation
   results. A snapshot is a warehouse-shaped root, so ``FeedReader``, DuckDB or Spark read it
-  as they read the warehouse. Files larger than ``publish_part_mb`` go up as multipart
-  uploads (aborted on failure, so no parts are left behind); a listing of the snapshot must
+  as they read the warehouse. Files of ``publish_part_mb`` and more go up as multipart
+  uploads through boto3's transfer manager (aborted on failure, so no parts are left
+  behind); a listing of the snapshot must
   then match every key and size before anything points at it.
 * ``snapshots/ds=D/<snapshot>/manifests/ds=D/manifest.json``, then ``_SUCCESS``, are written
   after the data; the manifest's table locations point into the snapshot.
@@ -45,6 +46,7 @@ from jobs.common.pointers import (
     day_pointer_name,
     read_pointer,
 )
+from jobs.common.records import Manifest
 from jobs.common.storage import Storage, ds_dir
 
 
@@ -56,29 +58,17 @@ def _put_json(s3: Any, target: Target, key_parts: Iterable[str], doc: Any) -> No
 
 
 def upload(s3: Any, fs: Any, path: str, bucket: str, key: str, part_bytes: int) -> int:
-    """Upload one file; multipart above ``part_bytes`` (aborted if any part fails)."""
-    size = fs.get_file_info(path).size
-    with fs.open_input_file(path) as f:
-        if size <= part_bytes:
-            s3.put_object(Bucket=bucket, Key=key, Body=f.read())
-            return int(size)
-        upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-        try:
-            parts = []
-            number = 1
-            while chunk := f.read(part_bytes):
-                etag = s3.upload_part(
-                    Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
-                )["ETag"]
-                parts.append({"ETag": etag, "PartNumber": number})
-                number += 1
-            s3.complete_multipart_upload(
-                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-            )
-        except BaseException:
-            s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-            raise
-    return int(size)
+    """Upload one file with boto3's managed transfer: multipart at ``part_bytes`` and above
+    (in parts of ``part_bytes``, at least the 5 MiB S3 requires), a failed multipart upload
+    aborted by the transfer manager. One thread per file: :func:`upload_snapshot` runs the
+    files in parallel."""
+    from boto3.s3.transfer import TransferConfig
+
+    config = TransferConfig(
+        multipart_threshold=part_bytes, multipart_chunksize=part_bytes, use_threads=False
+    )
+    s3.upload_file(path, bucket, key, Config=config)  # a snapshot copies a local warehouse
+    return int(fs.get_file_info(path).size)
 
 
 def listing(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
@@ -158,7 +148,7 @@ def upload_snapshot(
 def publish_day(
     wh: Storage,
     ds: dt.date,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     tables: Iterable[tuple[str, ...]],
     target_uri: str,
     part_mb: float,
@@ -177,16 +167,19 @@ def publish_day(
         expected = upload_snapshot(wh, ds, tables, target, root_key, part_mb, s3, workers)
         root = f"s3://{target.bucket}/{root_key}"
         stats.update(files=len(expected), bytes=sum(expected.values()))
-        published = dict(manifest)
-        published["tables"] = {
-            name: {**entry, "location": f"{root}/{entry['path']}"}
-            for name, entry in manifest["tables"].items()
-        }
+        published = manifest.model_copy(
+            update={
+                "tables": {
+                    name: entry.model_copy(update={"location": f"{root}/{entry.path}"})
+                    for name, entry in manifest.tables.items()
+                }
+            }
+        )
         manifest_key = "/".join((root_key, *ledger.manifest_parts(ds)))
         s3.put_object(
             Bucket=target.bucket,
             Key=manifest_key,
-            Body=json.dumps(published, indent=2, default=str).encode(),
+            Body=published.to_json().encode(),
             ContentType="application/json",
         )
         s3.put_object(

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.common.config import Settings
+from jobs.common.records import RatesRecord
 from jobs.common.spark import side_by_side
 from jobs.common.storage import Storage
 from jobs.common.tables import (
@@ -182,7 +183,7 @@ def shape(
     )
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> RatesRecord:
     from pyspark.sql import functions as F
 
     ev_c, fo_c = contract("clean", "events"), contract("clean", "follows")
@@ -249,14 +250,14 @@ def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> di
     flagged = written.where(F.col("flash")).orderBy(F.col("n_today").desc(), "producer_id")
     n_flash = flagged.count()
     listed = [r["producer_id"] for r in flagged.select("producer_id").limit(MAX_LISTED).collect()]
-    stats = {
-        "window_start": days[0].isoformat(),
-        "window_days": len(days),
-        "method": params.method,
-        "flash_producers": n_flash,
-        "flash_listed": listed,
-    }
-    log.info("rates %s: %s", ds, {k: v for k, v in stats.items() if k != "flash_listed"})
+    stats = RatesRecord(
+        window_start=days[0],
+        window_days=len(days),
+        method=params.method,
+        flash_producers=n_flash,
+        flash_listed=listed,
+    )
+    log.info("rates %s: %s", ds, stats.model_dump(exclude={"flash_listed"}))
     if n_flash:
         log.warning("%d flash producer(s) on %s, e.g. %s", n_flash, ds, ", ".join(listed[:10]))
     return stats

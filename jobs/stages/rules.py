@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.common.dates import day_bounds
+from jobs.common.records import TableAccount
 from jobs.common.storage import Storage
 from jobs.common.tables import (
     ContractError,
@@ -291,7 +292,7 @@ def drop_known_events(
 
 def accounting(
     spark: SparkSession, wh: Storage, table: str, ds: dt.date, rows_in: int
-) -> dict[str, Any]:
+) -> TableAccount:
     """Row accounting from the quarantine rows as written (``clean`` is filled in later)."""
     from pyspark.sql import functions as F
 
@@ -300,23 +301,22 @@ def accounting(
         r["reason"]: int(r["n"]) for r in q.groupBy("reason").agg(F.count("*").alias("n")).collect()
     }
     duplicates = by.pop("duplicate", 0)
-    return {
-        "rows_in": rows_in,
-        "clean": None,
-        "duplicates": duplicates,
-        "quarantined": sum(by.values()),
-        "quarantine_reasons": dict(sorted(by.items())),
-    }
+    return TableAccount(
+        rows_in=rows_in,
+        duplicates=duplicates,
+        quarantined=sum(by.values()),
+        quarantine_reasons=dict(sorted(by.items())),
+    )
 
 
-def check_share(table: str, counts: dict[str, Any], limit: float, where: str) -> None:
-    if counts["rows_in"] == 0:
+def check_share(table: str, counts: TableAccount, limit: float, where: str) -> None:
+    if counts.rows_in == 0:
         return
-    share = counts["quarantined"] / counts["rows_in"]
+    share = counts.quarantined / counts.rows_in
     if share > limit:
-        reasons = ", ".join(f"{r} {n}" for r, n in counts["quarantine_reasons"].items())
+        reasons = ", ".join(f"{r} {n}" for r, n in counts.quarantine_reasons.items())
         raise IngestRejected(
-            f"{table}: {counts['quarantined']} of {counts['rows_in']} rows ({share:.1%}) were"
+            f"{table}: {counts.quarantined} of {counts.rows_in} rows ({share:.1%}) were"
             f" quarantined, above max_quarantine_share {limit:.1%} ({reasons}); the rows are in"
             f" {where} and no clean data was written for this table"
         )

@@ -21,6 +21,7 @@ from jobs.common import ledger, readiness, versions
 from jobs.common.config import Settings
 from jobs.common.dates import days
 from jobs.common.pipeline import STAGES, Stage, stage
+from jobs.common.records import StageRecord
 from jobs.common.storage import Storage
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def run_stage(
     spark: SparkSession | None = None,
     full_refresh: bool = False,
     wh: Storage | None = None,
-) -> dict[str, Any]:
+) -> StageRecord:
     """Run one stage for one day (building a Spark session if it needs one and none is given;
     opening the warehouse unless ``wh`` is it)."""
     from jobs.stages.validate import ValidationFailed
@@ -66,13 +67,18 @@ def run_stage(
             _report(wh, ds)  # the failed day's report shows what failed
             raise
     undeclared(step, run)
-    result = {**result, "inputs": sorted(run.inputs), "earlier_inputs": sorted(run.earlier)}
+    seconds = round(time.monotonic() - started, 2)
+    done: dict[str, Any] = {
+        "inputs": sorted(run.inputs),
+        "earlier_inputs": sorted(run.earlier),
+        "seconds": seconds,
+    }
     if step.recorded:
-        result = {**result, "run": run.id, "outputs": dict(sorted(run.outputs.items()))}
-    result = {**result, "seconds": round(time.monotonic() - started, 2)}
+        done.update(run=run.id, outputs=dict(sorted(run.outputs.items())))
+    result = result.model_copy(update=done)
     if step.recorded:
-        ledger.write_record(wh, ds, step.name, result)
-    log.info("%s %s done in %.1fs", step.name, ds, result["seconds"])
+        ledger.write_record(wh, ds, result)
+    log.info("%s %s done in %.1fs", step.name, ds, seconds)
     if step.reports:
         _report(wh, ds)
     if step.name == "publish":
@@ -112,7 +118,7 @@ def run_day(
     full_refresh: bool = False,
     only: tuple[str, ...] | None = None,
     wh: Storage | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, StageRecord]:
     """All stages (or ``only`` these) of one day in one Spark application."""
     chosen = [stage(s) for s in only or STAGES]
     wh = wh or Storage.at(settings.warehouse)
@@ -131,7 +137,7 @@ def backfill(
     end: dt.date,
     full_refresh: bool = False,
     only: tuple[str, ...] | None = None,
-) -> dict[str, dict[str, dict[str, Any]]]:
+) -> dict[str, dict[str, StageRecord]]:
     """Days ``start``..``end`` in order (each day's feeds build on the previous day's)."""
     from jobs.common.spark import build_session
 

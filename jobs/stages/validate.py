@@ -23,6 +23,14 @@ from typing import TYPE_CHECKING, Any
 from jobs.common import ledger
 from jobs.common.config import Settings
 from jobs.common.errors import FeedpipeError
+from jobs.common.records import (
+    Check,
+    Failure,
+    IngestRecord,
+    SuiteOutcome,
+    ValidateRecord,
+    ValidationResults,
+)
 from jobs.common.storage import Storage
 from jobs.common.tables import contract_of, schemas_root
 from jobs.stages.checks import accounting_check, check_frames, gates_frame, input_rows
@@ -95,8 +103,8 @@ def validate_frames(
     keep: frozenset[str] = KEPT_FRAMES,
     driver_rows: int = 0,
     run_name: str | None = None,
-) -> dict[str, Any]:
-    """Run each frame's suite; returns {"success", "suites": {name: {...}}}. Pure of storage
+) -> ValidationResults:
+    """Run each frame's suite; returns each one's outcome and where it ran. Pure of storage
     (Data Docs go to ``docs_dir`` when given, their runs named ``run_name``: the day). Frames
     named in ``keep`` are persisted while their suite runs; Great Expectations' own persisting
     of every batch is turned off.
@@ -112,7 +120,8 @@ def validate_frames(
     ctx = _context(docs_dir)
     source = ctx.data_sources.add_spark("feedpipe", persist=False)
     on_driver = ctx.data_sources.add_pandas("feedpipe-driver")
-    out: dict[str, Any] = {"success": True, "suites": {}, "engines": {}}
+    suites: dict[str, SuiteOutcome] = {}
+    engines: dict[str, str] = {}
     for name, frame in sorted(frames.items()):
         spec = load_suite(name)
         suite = ctx.suites.add(
@@ -149,16 +158,16 @@ def validate_frames(
                 break
         if small is None and name in keep:
             frame.unpersist()
-        out["engines"][name] = "spark" if small is None else "driver"
-        out["suites"][name] = suite_outcome(vr)
-        out["success"] = out["success"] and bool(vr.success)
-        failed = out["suites"][name]["failed"]
-        log.info("suite %s: %s", name, "passed" if vr.success else f"FAILED {failed}")
+        engines[name] = "spark" if small is None else "driver"
+        suites[name] = suite_outcome(vr)
+        log.info("suite %s: %s", name, "passed" if vr.success else f"FAILED {suites[name].failed}")
     if docs_dir is not None:
         # one build of the whole site from the stored results; an UpdateDataDocsAction per
         # checkpoint rebuilt the index after every suite (33 page renders instead of 23)
         ctx.build_data_docs(site_names=["feedpipe"])
-    return out
+    return ValidationResults(
+        success=all(s.success for s in suites.values()), suites=suites, engines=engines
+    )
 
 
 def _context(docs_dir: Path | None) -> Any:
@@ -185,7 +194,13 @@ def _context(docs_dir: Path | None) -> Any:
     return ctx
 
 
-def suite_outcome(vr: Any) -> dict[str, Any]:
+def _plain(value: Any) -> Any:
+    """A value of Great Expectations' results as JSON holds it (numbers of numpy, dates and
+    other objects as their text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def suite_outcome(vr: Any) -> SuiteOutcome:
     """One suite's validation result as ``results.json`` keeps it: the outcome, how many
     expectations, each check (expectation, arguments, success) and each failure with its
     unexpected count, observed value and sample rows."""
@@ -194,26 +209,23 @@ def suite_outcome(vr: Any) -> dict[str, Any]:
         cfg = r.expectation_config
         if cfg is None:
             continue
-        kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
-        checks.append({"expectation": cfg.type, "kwargs": kwargs, "success": bool(r.success)})
+        kwargs = _plain({k: v for k, v in cfg.kwargs.items() if k != "batch_id"})
+        checks.append(Check(expectation=cfg.type, kwargs=kwargs, success=bool(r.success)))
         if r.success:
             continue
         result = r.result or {}
         failed.append(
-            {
-                "expectation": cfg.type,
-                "kwargs": kwargs,
-                "unexpected_count": result.get("unexpected_count"),
-                "observed_value": result.get("observed_value"),
-                "sample": result.get("partial_unexpected_list"),
-            }
+            Failure(
+                expectation=cfg.type,
+                kwargs=kwargs,
+                unexpected_count=result.get("unexpected_count"),
+                observed_value=_plain(result.get("observed_value")),
+                sample=_plain(result.get("partial_unexpected_list")),
+            )
         )
-    return {
-        "success": bool(vr.success),
-        "expectations": len(vr.results),
-        "failed": failed,
-        "checks": checks,
-    }
+    return SuiteOutcome(
+        success=bool(vr.success), expectations=len(vr.results), failed=failed, checks=checks
+    )
 
 
 def _copy_tree(local: Path, wh: Storage, *dest: str) -> None:
@@ -235,73 +247,74 @@ expectation with its outcome, readable without network access (Data Docs' pages 
 styles and scripts from CDNs)."""
 
 
-def quality_summary(results: dict[str, Any]) -> str:
+def quality_summary(results: ValidationResults) -> str:
     """The day's :data:`SUMMARY_PAGE`, from its validation results."""
     from jobs.common.pages import gate_verdict, render
 
+    def key(c: Check | Failure) -> tuple[str, str]:
+        return c.expectation, json.dumps(c.kwargs, sort_keys=True)
+
     suites = []
-    for name, r in sorted(results["suites"].items()):
-        failed = {
-            (f["expectation"], json.dumps(f["kwargs"], sort_keys=True)): f for f in r["failed"]
-        }
+    for name, r in sorted(results.suites.items()):
+        failed = {key(f): f for f in r.failed}
         rows = []
-        for c in r.get("checks", []):
-            f = failed.get((c["expectation"], json.dumps(c["kwargs"], sort_keys=True)), {})
+        for c in r.checks:
+            f = failed.get(key(c))
             rows.append(
                 {
-                    "expectation": c["expectation"],
-                    "kwargs": json.dumps(c["kwargs"], sort_keys=True, default=str),
-                    "success": c["success"],
+                    "expectation": c.expectation,
+                    "kwargs": json.dumps(c.kwargs, sort_keys=True, default=str),
+                    "success": c.success,
                     "unexpected": ""
-                    if f.get("unexpected_count") is None
-                    else f["unexpected_count"],
-                    "sample": json.dumps(f.get("sample"), default=str) if f.get("sample") else "",
+                    if f is None or f.unexpected_count is None
+                    else f.unexpected_count,
+                    "sample": json.dumps(f.sample, default=str) if f and f.sample else "",
                 }
             )
-        suites.append((name, {"success": r["success"], "rows": rows}))
+        suites.append((name, {"success": r.success, "rows": rows}))
     return render(
         "quality_summary.html",
-        ds=results.get("ds", ""),
-        success=results["success"],
+        ds=results.ds or "",
+        success=results.success,
         suites=suites,
-        expectations=sum(r["expectations"] for r in results["suites"].values()),
-        failed=sum(len(r["failed"]) for r in results["suites"].values()),
-        gates=[{**g, "verdict": gate_verdict(g)} for g in results.get("gates", [])],
+        expectations=sum(r.expectations for r in results.suites.values()),
+        failed=sum(len(r.failed) for r in results.suites.values()),
+        gates=[{**g.as_dict(), "verdict": gate_verdict(g)} for g in results.gates],
     )
 
 
-def summary(results: dict[str, Any]) -> str:
+def summary(results: ValidationResults) -> str:
     """What failed, on one line: the failed gates in words and figures, then every other
     failed expectation."""
-    ds = results.get("ds", "the day")
-    lines = [gate_line(g, ds) for g in failed_gates(results.get("gates", []))]
-    for name, r in results["suites"].items():
-        if r["success"] or name == "ingest.gates":
+    ds = results.ds or "the day"
+    lines = [gate_line(g, ds) for g in failed_gates(results.gates)]
+    for name, r in results.suites.items():
+        if r.success or name == "ingest.gates":
             continue
-        for f in r["failed"]:
+        for f in r.failed:
             detail = (
-                f"{f['unexpected_count']} unexpected"
-                if f["unexpected_count"] is not None
-                else f"observed {f['observed_value']}"
+                f"{f.unexpected_count} unexpected"
+                if f.unexpected_count is not None
+                else f"observed {f.observed_value}"
             )
-            lines.append(f"{name}: {f['expectation']} {f['kwargs']} ({detail})")
+            lines.append(f"{name}: {f.expectation} {f.kwargs} ({detail})")
     return "; ".join(lines)
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> ValidateRecord:
     from jobs.common.spark import UNCOMPRESSED_CACHE, scoped_conf
 
     with scoped_conf(spark, UNCOMPRESSED_CACHE, settings):  # the kept check frames
         return _run(spark, settings, ds, wh)
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> dict[str, Any]:
+def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> ValidateRecord:
     ingested = ledger.read_record(wh, ds, "ingest")
-    day_gates = gates(settings, ds, wh, ingested) if ingested is not None else []
+    day_gates = gates(settings, ds, wh, ingested) if isinstance(ingested, IngestRecord) else []
     if failed_gates(day_gates):
         # the day's volume is already known to be wrong: its gates (and the row accounting)
         # are checked, not the tables built from it
-        assert ingested is not None
+        assert isinstance(ingested, IngestRecord)
         frames = {
             "ingest.accounting": accounting_check(spark, wh, ds, ingested),
             "ingest.gates": gates_frame(spark, day_gates),
@@ -323,17 +336,14 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> d
         # styles and scripts from CDNs and refer to static/ for a favicon only
         shutil.rmtree(Path(tmp) / "static", ignore_errors=True)
         _copy_tree(Path(tmp), wh, *quality, "docs")
-    results["ds"] = ds.isoformat()
-    results["gates"] = day_gates
-    wh.write_text(json.dumps(results, indent=2, default=str), *ledger.results_parts(ds))
+    results = results.model_copy(update={"ds": ds, "gates": day_gates})
+    wh.write_text(results.to_json(), *ledger.results_parts(ds))
     wh.write_text(quality_summary(results), *quality, SUMMARY_PAGE)
-    if not results["success"]:
+    if not results.success:
         raise ValidationFailed(
             f"validation failed for {ds}: {summary(results)} "
             f"(details: {wh.uri(*ledger.results_parts(ds))})"
         )
-    return {
-        "success": True,
-        "suites": len(results["suites"]),
-        "docs": wh.uri(*quality, "docs", "index.html"),
-    }
+    return ValidateRecord(
+        success=True, suites=len(results.suites), docs=wh.uri(*quality, "docs", "index.html")
+    )

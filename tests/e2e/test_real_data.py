@@ -37,9 +37,10 @@ def test_wiki_vote_landed_as_a_growing_network_passes_the_follow_gates(spark, tm
     settings")."""
     from jobs.common import ledger
     from jobs.common.config import Settings
-    from jobs.common.ledger import read_record
+    from jobs.common.records import Manifest
     from jobs.stages import runner
     from jobs.stages.gates import gates
+    from support.records import ingested
 
     days = [D + dt.timedelta(days=i) for i in range(5)]
     landing = Storage.at(str(tmp_path / "landing"))
@@ -59,16 +60,15 @@ def test_wiki_vote_landed_as_a_growing_network_passes_the_follow_gates(spark, tm
     seen = []
     for i, d in enumerate(days):
         runner.run_stage("ingest", s, d, spark)
-        follows = read_record(wh, d, "ingest")["tables"]["follows"]
-        day_gates = {g["gate"]: g for g in gates(s, d, wh, read_record(wh, d, "ingest"))}
-        seen.append((day_gates["follow_removed"]["passed"], day_gates["follow_added"]["passed"]))
+        ingest = ingested(wh, d)
+        follows = ingest.tables["follows"]
+        day_gates = {g.gate: g for g in gates(s, d, wh, ingest)}
+        seen.append((day_gates["follow_removed"].passed, day_gates["follow_added"].passed))
         if i:
-            assert follows["edges_removed"] == 0
-            assert abs(follows["edges_added"] / follows["edges_before"] - 1 / i) < 1e-3
-        ledger.mark_published(
-            wh, d, {"ds": str(d), "input": read_record(wh, d, "ingest")["tables"]}
-        )
-    assert follows["edges"] == edges
+            assert follows.edges_removed == 0
+            assert abs((follows.added_share or 0) - 1 / i) < 1e-3
+        ledger.mark_published(wh, d, Manifest(ds=d, input=ingest.tables))
+    assert follows.edges == edges
     # day one has no graph before; the additions gate needs three days of changes
     assert seen == [(None, None), (True, None), (True, None), (True, None), (True, True)]
 
@@ -156,10 +156,10 @@ def test_higgs_week_through_the_pipeline(tmp_path):
         plan = ledger.read_record(wh, ds, "plan")
         assert plan is not None, f"{ds}: no plan recorded"
         # the capped bound on real, bursty data: never above the plan actually served
-        cert = plan["certificate"]
-        kinds.add(cert["bound"])
-        assert cert["pairs"] <= 20_000
-        assert 0 < cert["lower_bound"] <= plan["costs"]["ff-per-pair"]
+        cert = plan.certificate
+        kinds.add(cert.bound)
+        assert cert.pairs <= 20_000
+        assert 0 < cert.lower_bound <= plan.costs["ff-per-pair"]
         expected = naive.feeds(landing, ds, days[0], 10, sample)
         got = FeedReader(str(warehouse), ds, unpublished=True).feeds(sorted(expected), 10)
         wrong = [c for c in expected if [it.event_id for it in got[c]] != expected[c]]

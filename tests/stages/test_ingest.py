@@ -14,6 +14,7 @@ import pytest
 
 from jobs.common import ledger, versions
 from jobs.common.config import Settings
+from jobs.common.records import IngestRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import ContractError, contract, has_partition, read_partition
 from jobs.stages import ingest
@@ -33,8 +34,8 @@ def ingest_day(spark, settings, ds: dt.date) -> dict:
     ledger.withdraw(wh, ds, "ingest")
     with versions.stage_run(ds) as run:
         result = ingest.run(spark, settings, ds, wh)
-    ledger.write_record(wh, ds, "ingest", {**result, "outputs": run.outputs})
-    return result
+    ledger.write_record(wh, ds, result.model_copy(update={"outputs": dict(run.outputs)}))
+    return result.as_dict()  # as the record's file holds it
 
 
 def ingest_one(spark, settings, ds: dt.date, table: str) -> dict:
@@ -46,8 +47,8 @@ def ingest_one(spark, settings, ds: dt.date, table: str) -> dict:
         counts, _ = ingest.ingest_table(
             spark, settings, ds, wh, Storage.at(settings.landing), table
         )
-    ledger.write_record(wh, ds, "ingest", {"tables": {table: counts}, "outputs": run.outputs})
-    return counts
+    ledger.write_record(wh, ds, IngestRecord(tables={table: counts}, outputs=dict(run.outputs)))
+    return counts.as_dict()
 
 
 def put(root: Path, table: str, ds: dt.date, name: str, content: str | bytes) -> Path:

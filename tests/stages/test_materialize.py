@@ -46,7 +46,7 @@ def test_incremental_equals_full_refresh_and_the_naive_answer_every_day(
     churn = {"follow": 0, "unfollow": 0}
     for i, ds in enumerate(days()):
         record = runner.run_stage("materialize", built_copy, ds, spark, full_refresh=True)
-        assert record["mode"] == "full"
+        assert record.mode == "full"
         for table in ("producer_feed", "consumer_feed", "event_store"):
             inc_rows = table_rows(spark, built, "feeds", table, ds)
             assert inc_rows, f"{table} is empty on {ds}"
@@ -72,7 +72,7 @@ def test_incremental_equals_full_refresh_and_the_naive_answer_every_day(
     assert all(n > 0 for n in churn.values()), churn
     # the shared warehouse was built incrementally after its first day
     wh = Storage.at(built.warehouse)
-    modes = [read_record(wh, ds, "materialize")["mode"] for ds in days()]
+    modes = [read_record(wh, ds, "materialize").mode for ds in days()]
     assert modes == ["full"] + ["incremental"] * (len(modes) - 1)
 
 
@@ -156,12 +156,12 @@ def test_a_gap_or_a_new_k_rebuilds_the_feeds_in_full(spark, churn_landing, built
     prev = LAST - dt.timedelta(days=1)
     bigger = dataclasses.replace(built_copy, feed_k=K + 3)
     record = runner.run_stage("materialize", bigger, LAST, spark)  # on the built plan
-    assert (record["mode"], record["feed_k"]) == ("full", K + 3)
+    assert (record.mode, record.feed_k) == ("full", K + 3)
     expected = naive.feeds(churn_landing, LAST, START, K + 3)
     assert assembled(bigger.warehouse, LAST, sorted(expected), K + 3) == expected
 
     ledger.withdraw(wh, prev, "materialize")  # D-1 has no feeds any more: a gap
     record = runner.run_stage("materialize", built_copy, LAST, spark)
-    assert record["mode"] == "full"
+    assert record.mode == "full"
     expected = naive.feeds(churn_landing, LAST, START, K)
     assert assembled(built_copy.warehouse, LAST, sorted(expected)) == expected

@@ -38,7 +38,7 @@ def test_plan_cost_carries_a_bound_no_strategy_goes_below(spark, built):
     edges = day_edges(spark, built, LAST, wh)[0].toPandas()
     expected = views.edges_lower_bound(edges, built.push_cost, built.pull_cost)
     record = ledger.read_record(wh, LAST, "plan")
-    assert record is not None and record["certificate"]["computed"] == "driver"
+    assert record is not None and record.certificate.computed == "driver"
 
     rows = {r[0]: r for r in table_rows(spark, built, "plan", "plan_cost", LAST)}
     cols = [c.name for c in contract("plan", "plan_cost").columns]
@@ -138,6 +138,6 @@ def test_the_certificate_is_below_the_exact_optimum_of_a_small_day(spark, tmp_pa
         assert optimum <= r["total_cost"] + 1e-6, st
     # shared views pay here: the optimum is below the per-edge rule's plan
     assert optimum < got["ff-per-pair"]["total_cost"] - 1e-6
-    assert ledger.read_record(wh, d, "plan")["certificate"]["lower_bound"] == pytest.approx(
+    assert ledger.read_record(wh, d, "plan").certificate.lower_bound == pytest.approx(
         bound, abs=1e-6
     )

@@ -121,7 +121,8 @@ def check_report(settings: Settings, ds: dt.date, tmp_path: Path) -> None:
     # why the plan was served and the target it was judged against, from the day's plan
     # (the test days run with a forced strategy or auto: either is said in words)
     plan = read_record(Storage.at(str(wh)), ds, "plan")
-    if plan["forced"]:
+    assert plan is not None
+    if plan.forced:
         assert page.text["served-why"].startswith(
             f"forced by configuration (strategy = {served.strategy})"
         )

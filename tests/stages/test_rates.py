@@ -24,7 +24,7 @@ def test_flash_producers_are_flagged_on_the_day_and_only_then(spark, built):
         flagged = {r.producer_id for r in rates.where("flash").collect()}
         assert flagged == (flash if ds == FLASH_DAY else set()), ds
     record = read_record(Storage.at(built.warehouse), FLASH_DAY, "rates")
-    assert record["flash_producers"] == 2 and set(record["flash_listed"]) == flash
+    assert record.flash_producers == 2 and set(record.flash_listed) == flash
 
 
 def test_pushed_edges_of_a_flash_producer_move_to_pull_the_same_day(spark, built):

@@ -11,10 +11,12 @@ import pytest
 
 from jobs import cli
 from jobs.common import ledger, readiness, versions
+from jobs.common.records import PlanRecord, StageRecord
 from jobs.common.storage import Storage
 from jobs.stages import runner
 from jobs.stages.publish import PublishRefused
 from support import browser, naive
+from support.records import ingested
 from support.workloads import LAST, TOPIC_DATES, K, assembled, build, days, table_rows
 
 TABLES = [
@@ -118,15 +120,15 @@ def test_a_known_outage_runs_as_empty_when_allowed_and_is_recorded(spark, built_
     assert ledger.read_record(wh, day, "ingest") is None
     allowed = dataclasses.replace(s, allow_empty=("events",))
     runner.run_stage("ingest", allowed, day, spark)
-    record = ledger.read_record(wh, day, "ingest")
-    assert record["allowed_empty"] == ["events"]
-    assert record["tables"]["events"]["rows_in"] == 0 and record["tables"]["views"]["rows_in"] == 2
+    record = ingested(wh, day)
+    assert record.allowed_empty == ["events"]
+    assert record.tables["events"].rows_in == 0 and record.tables["views"].rows_in == 2
     # no follows folder: the previous day's graph carries over unchanged
     graph = table_rows(spark, s, "clean", "follows", LAST)
     assert table_rows(spark, s, "clean", "follows", day) == graph
-    follows = record["tables"]["follows"]
-    assert (follows["edges_before"], follows["edges"]) == (len(graph), len(graph))
-    assert follows["edges_added"] == follows["edges_removed"] == 0
+    follows = record.tables["follows"]
+    assert (follows.edges_before, follows.edges) == (len(graph), len(graph))
+    assert follows.edges_added == follows.edges_removed == 0
 
 
 def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
@@ -146,10 +148,10 @@ def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
     earlier: dict[str, set[str]] = {s.name: set() for s in REGISTRY}
     wrote: dict[str, set[str]] = {s.name: set() for s in REGISTRY}
 
-    def seen(name: str, record: dict) -> None:
-        read[name] |= set(record["inputs"])
-        earlier[name] |= set(record["earlier_inputs"])
-        wrote[name] |= set(record.get("outputs", {}))
+    def seen(name: str, record: StageRecord) -> None:
+        read[name] |= set(record.inputs)
+        earlier[name] |= set(record.earlier_inputs)
+        wrote[name] |= set(record.outputs)
 
     for settings, on in ((built_copy, days()), (topics_copy, TOPIC_DATES)):
         for ds in on:
@@ -160,7 +162,8 @@ def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
     )
     for name in ("plan", "materialize", "validate", "publish"):
         seen(name, runner.run_stage(name, s, LAST, spark))
-    assert ledger.read_record(Storage.at(s.warehouse), LAST, "plan")["strategy"] == "cz-hierarchy2"
+    plan = ledger.read_record(Storage.at(s.warehouse), LAST, "plan")
+    assert isinstance(plan, PlanRecord) and plan.strategy == "cz-hierarchy2"
     last_topic_day = TOPIC_DATES[-1]
     seen("materialize", runner.run_stage("materialize", topics_copy, last_topic_day, spark, True))
     for name in ("validate", "publish"):
@@ -171,10 +174,13 @@ def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
         t: table_rows(spark, s, "rates", t, LAST) for t in ("producer_rates", "consumer_rates")
     }
     for ds in days():  # as an older feedpipe ingested them: no daily counts
-        record = ledger.read_record(wh, ds, "ingest")
-        for key in ("clean/event_counts", "clean/view_counts"):
-            del record["outputs"][key]
-        ledger.write_record(wh, ds, "ingest", record)
+        record = ingested(wh, ds)
+        outputs = {
+            k: v
+            for k, v in record.outputs.items()
+            if k not in ("clean/event_counts", "clean/view_counts")
+        }
+        ledger.write_record(wh, ds, record.model_copy(update={"outputs": outputs}))
     seen("rates", runner.run_stage("rates", s, LAST, spark))
     assert {t: table_rows(spark, s, "rates", t, LAST) for t in before} == before
 

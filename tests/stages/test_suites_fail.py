@@ -5,14 +5,16 @@ cost gate, feed order and uniqueness, the pushed-edge check, row accounting and 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from pyspark.sql import functions as F
 
-from jobs.common.ledger import read_record
+from jobs.common.records import IngestRecord, Manifest
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, schemas_root
 from jobs.stages import checks, validate
 from jobs.stages import gates as policy
+from support.records import ingested, recounted
 from support.workloads import LAST
 
 
@@ -44,12 +46,8 @@ def corrupted(spark, settings) -> dict[str, tuple]:
     one_producer = pr.orderBy("producer_id").limit(1).select("producer_id")
     one_consumer = cr.orderBy("consumer_id").limit(1).select("consumer_id")
     served = F.col("chosen")
-    ingest = read_record(wh, LAST, "ingest")
-    lost = {**ingest, "tables": {**ingest["tables"]}}
-    lost["tables"]["events"] = {
-        **lost["tables"]["events"],
-        "rows_in": lost["tables"]["events"]["rows_in"] + 1,
-    }
+    ingest = ingested(wh, LAST)
+    lost = recounted(ingest, "events", rows_in=ingest.tables["events"].rows_in + 1)
     gates = policy.gates(settings, LAST, wh, corrupted_counts(wh, ingest))
     return {
         "clean.follows": (
@@ -125,7 +123,7 @@ def corrupted(spark, settings) -> dict[str, tuple]:
     }
 
 
-def corrupted_counts(wh: Storage, ingest: dict) -> dict:
+def corrupted_counts(wh: Storage, ingest: IngestRecord) -> IngestRecord:
     """The last churn day's ingest counts as a broken delivery would give them, with the days
     before published (their real counts): a tenth of the events, 20 times the views, 60% of
     the graph removed and 30 times the share of edges added; each gate fails on them."""
@@ -133,25 +131,24 @@ def corrupted_counts(wh: Storage, ingest: dict) -> dict:
     from support.workloads import days
 
     for d in days()[:-1]:
-        record = read_record(wh, d, "ingest")
-        ledger.mark_published(wh, d, {"ds": str(d), "input": record["tables"]})
-    t = ingest["tables"]
-    f = t["follows"]
-    past = [read_record(wh, d, "ingest")["tables"]["follows"] for d in days()[1:-1]]
-    share = max(p["edges_added"] / p["edges_before"] for p in past)
-    return {
-        **ingest,
-        "tables": {
-            **t,
-            "events": {**t["events"], "rows_in": t["events"]["rows_in"] // 10},
-            "views": {**t["views"], "rows_in": t["views"]["rows_in"] * 20},
-            "follows": {
-                **f,
-                "edges_removed": int(0.6 * f["edges_before"]),
-                "edges_added": int(30 * share * f["edges_before"]),
-            },
-        },
-    }
+        ledger.mark_published(wh, d, Manifest(ds=d, input=ingested(wh, d).tables))
+    t = ingest.tables
+    before = t["follows"].edges_before or 0
+    past = [ingested(wh, d).tables["follows"].added_share or 0.0 for d in days()[1:-1]]
+    share = max(past)
+    ingest = recounted(ingest, "events", rows_in=t["events"].rows_in // 10)
+    ingest = recounted(ingest, "views", rows_in=t["views"].rows_in * 20)
+    return recounted(
+        ingest,
+        "follows",
+        edges_removed=int(0.6 * before),
+        edges_added=int(30 * share * before),
+    )
+
+
+def _validated(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The suites' results as ``results.json`` keeps them."""
+    return validate.validate_frames(*args, **kwargs).as_dict()
 
 
 ENGINES = {"spark": 0, "driver": validate.DRIVER_ROWS}
@@ -174,13 +171,9 @@ def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, bu
     params = {"feed_k": s.feed_k}
     seen = {}
     for engine, rows in ENGINES.items():
-        good = validate.validate_frames(
-            {n: g for n, (g, _) in frames.items()}, params, None, driver_rows=rows
-        )
+        good = _validated({n: g for n, (g, _) in frames.items()}, params, None, driver_rows=rows)
         assert {n: r["success"] for n, r in good["suites"].items()} == dict.fromkeys(suites, True)
-        bad = validate.validate_frames(
-            {n: b for n, (_, b) in frames.items()}, params, None, driver_rows=rows
-        )
+        bad = _validated({n: b for n, (_, b) in frames.items()}, params, None, driver_rows=rows)
         assert set(bad["engines"].values()) == {engine}
         passed = [n for n, r in bad["suites"].items() if r["success"]]
         assert passed == [], f"{engine}: suites that let their corrupted input through: {passed}"
@@ -222,7 +215,7 @@ def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, 
         frames[name] = checks.in_store_check(check, broken)
         expected[name] = feed.where(F.col("event_id").isin(lost, shifted)).count()
     for engine, rows in ENGINES.items():
-        got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=rows)
+        got = _validated(frames, {"feed_k": built_copy.feed_k}, driver_rows=rows)
         assert set(got["engines"].values()) == {engine}
         for name, r in got["suites"].items():
             assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in r["failed"]] == [
@@ -430,7 +423,7 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
     covered = {n: sorted(c) for n, c in CORRUPTIONS.items()}
     assert covered == {n: k for n, k in declared.items() if n in checks.table_checks(tables, True)}
     good = checks.table_checks(tables, True)
-    clean = validate.validate_frames(good, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
+    clean = _validated(good, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
     assert clean["success"], [n for n, r in clean["suites"].items() if not r["success"]]
     missed = []
     for round_ in range(max(map(len, CORRUPTIONS.values()))):
@@ -441,7 +434,7 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
                 broken = {**tables, **corruptions[keys[round_]](tables)}
                 frames[suite] = checks.table_checks(broken, True)[suite]
                 aimed[suite] = keys[round_]
-        got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
+        got = _validated(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
         for suite, key in aimed.items():
             if key not in {_key(f) for f in got["suites"][suite]["failed"]}:
                 missed.append((suite, key))
@@ -454,16 +447,14 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
 
     from support.paths import version
 
-    ingest = read_record(wh, LAST, "ingest")
-    lost = {**ingest, "tables": {**ingest["tables"]}}
-    lost["tables"]["events"] = {**ingest["tables"]["events"]}
-    lost["tables"]["events"]["rows_in"] += 1
+    ingest = ingested(wh, LAST)
+    lost = recounted(ingest, "events", rows_in=ingest.tables["events"].rows_in + 1)
     folder = version(built_copy.warehouse, "clean", "view_counts", LAST)
     whole = pads.dataset(str(folder)).to_table()
     for f in folder.glob("*"):
         f.unlink()
     pq.write_table(whole.slice(1), folder / "part-0.parquet")
     frames = {"ingest.accounting": checks.accounting_check(spark, wh, LAST, lost)}
-    got = validate.validate_frames(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
+    got = _validated(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
     failed = {_key(f) for f in got["suites"]["ingest.accounting"]["failed"]}
     assert failed == set(declared["ingest.accounting"]) == {"rows_in", "clean_rows"}

@@ -22,12 +22,14 @@ from pathlib import Path
 import pytest
 
 from jobs.common.ledger import read_record
+from jobs.common.records import MaterializeRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition
 from jobs.serving.report import html_report
 from jobs.stages import runner
 from jobs.stages.ingest_topics import TopicsUnsupported
 from support import naive
+from support.records import ingested
 from support.strategies import author_of, check_topic_feeds, naive_topic_feeds
 from support.workloads import (
     CHANGED,
@@ -82,25 +84,20 @@ def test_ingest_keeps_the_definitions_in_force_and_quarantines_the_bad_ones(spar
         "conflicting_definition": 2,
         "duplicate": 1,
     }, reasons
-    record = read_record(wh, DAYS[0], "ingest")
-    assert record is not None
-    counts = record["topics"]
-    assert counts["rows_in"] == 40 + len(HAND_TOPICS) + 3
-    assert counts["rows_in"] == counts["clean"] + counts["duplicates"] + counts["quarantined"]
-    assert counts["quarantine_reasons"] == {
+    counts = ingested(wh, DAYS[0]).topics
+    assert counts.rows_in == 40 + len(HAND_TOPICS) + 3
+    assert counts.rows_in == (counts.clean or 0) + counts.duplicates + counts.quarantined
+    assert counts.quarantine_reasons == {
         "conflicting_definition": 2,
         "malformed_predicate": 1,
         "topic_id_is_account": 1,
     }
-    assert counts["snapshot"] is True
-    carried = read_record(wh, DAYS[1], "ingest")
-    assert carried is not None
-    assert carried["topics"]["snapshot"] is False
-    assert carried["topics"]["carried"] == carried["topics"]["clean"] == len(good)
+    assert counts.snapshot is True
+    carried = ingested(wh, DAYS[1]).topics
+    assert carried.snapshot is False
+    assert carried.carried == carried.clean == len(good)
     for d in DAYS:
-        rec = read_record(wh, d, "ingest")
-        assert rec is not None
-        assert rec["topics"]["matches"] == len(expected_streams(s.landing)[str(d)])
+        assert ingested(wh, d).topics.matches == len(expected_streams(s.landing)[str(d)])
     # the day's page shows them
     page = html_report(wh, DAYS[0])
     found = re.search(r"<table id=[\"']topics[\"']>(.*?)</table>", page, re.S)
@@ -152,7 +149,8 @@ def test_incremental_with_topics_equals_a_full_refresh(spark, topics_copy):
     tables = ("producer_feed", "consumer_feed", "view_feed", "event_store")
     incremental = {t: table_rows(spark, s, "feeds", t, TOPIC_LAST) for t in tables}
     record = read_record(Storage.at(s.warehouse), TOPIC_LAST, "materialize")
-    assert record is not None and record["mode"] == "incremental" and record["topic_streams"]
+    assert isinstance(record, MaterializeRecord)
+    assert record.mode == "incremental" and record.topic_streams
     runner.run_stage("materialize", s, TOPIC_LAST, spark, full_refresh=True)
     for t in tables:
         assert table_rows(spark, s, "feeds", t, TOPIC_LAST) == incremental[t], t
@@ -187,7 +185,7 @@ def test_topic_days_are_validated_and_published_with_topics_accounted_apart(spar
     expected = expected_streams(s.landing)
     all_events = naive.events(Path(s.landing), TOPIC_LAST, START, with_day=True)
     for d in DAYS:
-        ingest = read_record(wh, d, "ingest")
+        ingest = ingested(wh, d)
         got = accounting_check(spark, wh, d, ingest).toPandas().set_index("table")
         n_events = int((all_events["_day"] == d).sum())
         assert got.loc["events", "clean_rows"] == got.loc["events", "clean_counted"] == n_events
@@ -201,7 +199,7 @@ def test_topic_days_are_validated_and_published_with_topics_accounted_apart(spar
     for f in folder.glob("*.parquet"):
         f.unlink()
     pq.write_table(kept, folder / "part-0.parquet")  # one topic's count lost
-    ingest = read_record(wh, TOPIC_LAST, "ingest")
+    ingest = ingested(wh, TOPIC_LAST)
     got = accounting_check(spark, wh, TOPIC_LAST, ingest).toPandas().set_index("table")
     got = got.drop(index="follows")
     assert sorted(got.index[got["clean_rows"] != got["clean_counted"]]) == ["topic_events"]

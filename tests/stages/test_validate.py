@@ -12,7 +12,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.common.ledger import read_record
+from jobs.common.records import Manifest
 from jobs.common.storage import Storage
 from jobs.common.versions import locate
 from jobs.stages import gates as policy
@@ -22,6 +22,7 @@ from jobs.stages.publish import PublishRefused
 from jobs.stages.validate import ValidationFailed
 from support import browser
 from support.paths import version
+from support.records import ingested, recounted
 from support.workloads import LAST
 
 
@@ -87,21 +88,22 @@ def test_row_accounting_counts_what_was_written(spark, built_copy):
     read and did not write shows up as a mismatch."""
     ds = LAST
     wh = Path(built_copy.warehouse)
-    ingest = read_record(Storage.at(str(wh)), ds, "ingest")
+    ingest = ingested(Storage.at(str(wh)), ds)
 
     def rows(layer: str, table: str) -> int:
         where = locate(Storage.at(str(wh)), f"{layer}/{table}", ds)
         return pads.dataset(str(wh.joinpath(*where))).count_rows() if where else 0
 
     expected = {}
-    for table, c in ingest["tables"].items():
+    for table, c in ingest.tables.items():
         quarantined = rows("quarantine", table)
-        clean = c["clean"] if table == "follows" else rows("clean", table)
+        clean = c.clean if table == "follows" else rows("clean", table)
         expected[table] = clean + quarantined
     assert set(expected) == {"events", "follows", "views"}
     assert expected["events"] > 0 and expected["views"] > 0
 
-    ingest["tables"]["events"]["rows_in"] += 1  # one row read and never written
+    # one row read and never written
+    ingest = recounted(ingest, "events", rows_in=ingest.tables["events"].rows_in + 1)
     got = accounting_check(spark, Storage.at(str(wh)), ds, ingest).toPandas()
     got = got.set_index("table")
     assert got["rows_accounted"].to_dict() == expected
@@ -144,13 +146,9 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
         ledger.mark_published(
             wh,
             d,
-            {
-                "ds": str(d),
-                "input": read_record(wh, d, "ingest")["tables"],
-                "versions": versions.working(wh, d).folders,
-            },
+            Manifest(ds=d, input=ingested(wh, d).tables, versions=versions.working(wh, d).folders),
         )
-    history = [read_record(wh, d, "ingest")["tables"] for d in days()[:-1]]
+    history = [ingested(wh, d).tables for d in days()[:-1]]
     landing = tmp_path / "landing"
     for table, header in (
         ("follows", "consumer_id,producer_id"),
@@ -167,13 +165,13 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     message = str(failed.value)
     assert "\n" not in message
     for table in ("events", "views"):
-        median = sorted(h[table]["rows_in"] for h in history)
+        median = sorted(h[table].rows_in for h in history)
         expected = (median[1] + median[2]) / 2
         assert (
             f"volume gate: {table} has 0 rows on {LAST}, 0.00x the median {expected:,.0f} of "
             "the 4 previous published days (allowed 0.2x to 5x: volume_low, volume_high)"
         ) in message
-    edges = read_record(wh, LAST, "ingest")["tables"]["follows"]["edges_before"]
+    edges = ingested(wh, LAST).tables["follows"].edges_before
     graph = version(built_copy.warehouse, "clean", "follows", days()[-2])
     assert edges == pads.dataset(str(graph)).count_rows() > 0
     assert f"follow gate: 100.0% of the {edges:,.0f} follow edges were removed on {LAST}" in message
@@ -222,9 +220,9 @@ def test_volume_and_follow_gates_fail_an_empty_delivery_unless_it_is_allowed(
     # would check: the ingest record against the days before)
     outage = dataclasses.replace(s, allow_empty=("events", "views"))
     runner.run_stage("ingest", outage, LAST, spark)
-    day_gates = policy.gates(outage, LAST, wh, read_record(wh, LAST, "ingest"))
-    assert [(g["table"], g["days"], g["passed"]) for g in day_gates[:2]] == [
+    day_gates = policy.gates(outage, LAST, wh, ingested(wh, LAST))
+    assert [(g.table, g.days, g.passed) for g in day_gates[:2]] == [
         ("events", 4, None),
         ("views", 4, None),
     ]
-    assert "allow_empty" in day_gates[0]["note"]
+    assert "allow_empty" in day_gates[0].note

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jobs.common import ledger, versions
+from jobs.common.records import RECORD_TYPES
 from jobs.common.storage import Storage
 
 
@@ -34,6 +35,6 @@ def recorded(warehouse: str | Path, ds: dt.date, stage: str) -> Iterator[None]:
     wh = Storage.at(str(warehouse))
     with versions.stage_run(ds) as run:
         yield
-    record = ledger.read_record(wh, ds, stage) or {}
-    record["outputs"] = {**record.get("outputs", {}), **run.outputs}
-    ledger.write_record(wh, ds, stage, record)
+    record = ledger.read_record(wh, ds, stage) or RECORD_TYPES[stage]()
+    outputs = {**record.outputs, **run.outputs}
+    ledger.write_record(wh, ds, record.model_copy(update={"outputs": outputs}))
