@@ -107,6 +107,13 @@ def driver_memory() -> str:
     return os.environ.get("FEEDPIPE_DRIVER_MEMORY") or DRIVER_MEMORY
 
 
+def redact(url: str) -> str:
+    """``url`` with the password of its user part, if any, replaced by ``***``."""
+    import re
+
+    return re.sub(r"^([a-z]+://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
 DEFAULT_WAREHOUSE = "var/warehouse"
 """The warehouse when no setting names one (relative to the working directory)."""
 
@@ -225,6 +232,13 @@ class Settings:
     publish_part_mb: float = 64.0
     """Files larger than this go to ``publish_to`` as multipart uploads of parts this large (AWS
     S3 wants at least 5 MiB)."""
+    store: str = ""
+    """The feed store that serves the published plan: ``redis://[user:password@]host:port/db``
+    or ``rediss://...`` (TLS); a password not in the URL comes from ``FEEDPIPE_STORE_PASSWORD``
+    (docs/serving.md). Empty: feeds are served from Parquet only."""
+    store_grace_seconds: float = 3600.0
+    """How long a day's keys stay in the store after the next day is switched in (readers
+    that resolved the old day finish on it)."""
     shuffle_partitions: int = 8
     """Partitions of each shuffle (``spark.sql.shuffle.partitions``): a multiple of the cores.
     The plan stage keeps exactly this many, where other stages let Spark coalesce small ones."""
@@ -346,6 +360,12 @@ class Settings:
             )
         if self.publish_part_mb <= 0:
             raise ConfigError("publish_part_mb must be positive")
+        if self.store and not self.store.startswith(("redis://", "rediss://")):
+            raise ConfigError(
+                f"store must be a redis:// or rediss:// URL, got {redact(self.store)!r}"
+            )
+        if self.store_grace_seconds < 0:
+            raise ConfigError("store_grace_seconds must be at least 0")
 
     @property
     def threshold(self) -> float:
@@ -369,6 +389,7 @@ class Settings:
         out["allow_empty"] = list(self.allow_empty)
         out["accept_gates"] = list(self.accept_gates)
         out["spark_conf"] = dict(self.spark_conf)
+        out["store"] = redact(self.store)  # printed and kept in manifests: no password
         return out
 
 

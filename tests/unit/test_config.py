@@ -79,6 +79,8 @@ NON_DEFAULT = {
     "max_quarantine_share": ("0.5", 0.5),
     "publish_to": ("s3://b/published", "s3://b/published"),
     "publish_part_mb": ("8", 8.0),
+    "store": ("redis://127.0.0.1:6390/2", "redis://127.0.0.1:6390/2"),
+    "store_grace_seconds": ("60", 60.0),
     "shuffle_partitions": ("4", 4),
     "spark_conf": ("spark.x=1,spark.y=2", {"spark.x": "1", "spark.y": "2"}),
 }

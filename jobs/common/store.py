@@ -1,0 +1,188 @@
+"""The feed store: the client, the key layout and the served-day pointer, shared by the loader
+(a stage) and the reader (``jobs/serving/``) (docs/serving.md, "The feed store").
+
+The store holds what Feeding Frenzy's Section 4 names ProducerPivoted (each producer's latest
+events), ConsumerPivoted (each materialized consumer feed and shared view, latest k) and the
+ConnectionNetwork (each consumer's sources, each producer's push targets), as Redis sorted sets,
+lists and sets, the way Mastodon's feed manager keeps home feeds (a sorted set per feed,
+trimmed to a fixed length).
+
+Every loaded day is a *generation*: its keys carry the generation's id, so a day loads beside
+the one being served, and readers move from one to the next when one ``SET`` replaces the
+served pointer (:data:`SERVED`), which Redis applies atomically. A reader sends the pointer's
+``GET`` in the same pipelined round trip as its consumer's keys of the generation it last saw,
+and reads again only when the pointer has moved, so it reads one generation, never two.
+
+Keys, for Redis Cluster: every command touches one hash slot. A consumer's keys share the slot
+of ``{c:<id>}``, a producer's of ``{p:<id>}``, a view's of ``{v:<id>}``; the pointers have
+slots of their own.
+
+Feed items are sorted-set members ``<event_id>\\0<producer_id>`` scored by ``created_at`` in
+microseconds since the epoch: Redis orders equal scores by member bytes, so a reverse range
+gives the feed order (``created_at`` descending, then ``event_id`` descending, as UTF-8 byte
+order is code point order) and an event added twice is one member.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from jobs.common.config import redact
+from jobs.common.errors import FeedpipeError
+
+if TYPE_CHECKING:
+    import redis
+
+PREFIX = "fp"
+"""Every key of the store starts with it: one store may serve other applications too."""
+
+SERVED = f"{PREFIX}:served"
+"""The served day: a JSON :class:`ServedDay`. Replacing it switches readers."""
+
+GENERATIONS = f"{PREFIX}:generations"
+"""A hash: each generation loaded and not yet removed -> its :class:`ServedDay` as JSON."""
+
+SEP = b"\x00"
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class StoreError(FeedpipeError, RuntimeError):
+    """The feed store cannot be reached, refuses the credentials, or holds no served day."""
+
+
+def connect(url: str, environ: dict[str, str] | None = None) -> redis.Redis:
+    """A client of the store at ``url`` (``redis://`` or ``rediss://``), checked with a
+    ``PING``; the password comes from the URL, else ``FEEDPIPE_STORE_PASSWORD`` (and the user
+    from ``FEEDPIPE_STORE_USERNAME``). Any failure is one line naming the store without its
+    password."""
+    import redis
+
+    env = os.environ if environ is None else environ
+    if not url.startswith(("redis://", "rediss://")):
+        raise StoreError(f"not a redis:// or rediss:// URL: {redact(url)!r}")
+    where = redact(url)
+    extra: dict[str, Any] = {}
+    if env.get("FEEDPIPE_STORE_PASSWORD") and "@" not in url:
+        extra["password"] = env["FEEDPIPE_STORE_PASSWORD"]
+        if env.get("FEEDPIPE_STORE_USERNAME"):
+            extra["username"] = env["FEEDPIPE_STORE_USERNAME"]
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30, **extra)
+        client.ping()
+    except redis.AuthenticationError as exc:
+        raise StoreError(f"the feed store at {where} refused the credentials: {exc}") from None
+    except redis.ResponseError as exc:  # e.g. NOAUTH: a password is needed
+        raise StoreError(f"the feed store at {where} refused the connection: {exc}") from None
+    except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
+        raise StoreError(f"cannot reach the feed store at {where}: {exc}") from None
+    return client
+
+
+def score(created_at: dt.datetime) -> int:
+    """A feed item's sort score: ``created_at`` in whole microseconds since the epoch (exact
+    in a double until the year 2255)."""
+    at = created_at if created_at.tzinfo else created_at.replace(tzinfo=dt.UTC)
+    delta = at - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def at(micros: float) -> dt.datetime:
+    """The inverse of :func:`score` (UTC)."""
+    return EPOCH + dt.timedelta(microseconds=int(micros))
+
+
+def member(event_id: str, producer_id: str) -> bytes:
+    """A feed item as a sorted-set member (ids may hold any character but NUL)."""
+    return event_id.encode() + SEP + producer_id.encode()
+
+
+def unmember(raw: bytes) -> tuple[str, str]:
+    """``(event_id, producer_id)`` of a member."""
+    event_id, producer_id = raw.split(SEP, 1)
+    return event_id.decode(), producer_id.decode()
+
+
+def new_generation(ds: dt.date) -> str:
+    """A fresh generation id for a load of day ``ds``: the day and a random suffix."""
+    return f"{ds:%Y%m%d}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The keys of one generation (docs/serving.md, "Key layout")."""
+
+    generation: str
+
+    def _key(self, tag: str, name: str) -> str:
+        return f"{PREFIX}:{self.generation}:{{{tag}}}:{name}"
+
+    def sources(self, consumer: str) -> str:
+        """List: the consumer's pulled producers (``p:<id>``) and shared views (``v:<id>``)."""
+        return self._key(f"c:{consumer}", "sources")
+
+    def consumer_feed(self, consumer: str) -> str:
+        """Sorted set: the consumer's materialized feed (its pushed producers' events)."""
+        return self._key(f"c:{consumer}", "feed")
+
+    def stream(self, producer: str) -> str:
+        """Sorted set: the producer's latest events (a topic's: its matches)."""
+        return self._key(f"p:{producer}", "stream")
+
+    def targets(self, producer: str) -> str:
+        """Set: the consumers (``c:<id>``) and views (``v:<id>``) the plan pushes the producer
+        into."""
+        return self._key(f"p:{producer}", "push")
+
+    def view_feed(self, view: str) -> str:
+        """Sorted set: a shared view's materialized feed."""
+        return self._key(f"v:{view}", "feed")
+
+    def pattern(self) -> str:
+        """A ``SCAN`` pattern matching every key of the generation."""
+        return f"{PREFIX}:{self.generation}:*"
+
+
+@dataclass(frozen=True)
+class ServedDay:
+    """A loaded generation: the day, its id, when it was switched in (ISO-8601, UTC; empty
+    while loading), and how its feeds were built (k, coherency, k_p, the diversity window)."""
+
+    ds: str
+    generation: str
+    since: str = ""
+    feed_k: int = 20
+    coherency: str = "global"
+    feed_k_per_producer: int = 3
+    diversity_hours: float = 24.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> ServedDay:
+        return cls(**json.loads(raw))
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.generation)
+
+
+def served(client: redis.Redis) -> ServedDay | None:
+    """The served day, or None when nothing was switched in yet."""
+    raw = client.get(SERVED)
+    return ServedDay.from_json(raw) if raw is not None else None
+
+
+def switch(client: redis.Redis, day: ServedDay) -> ServedDay:
+    """Serve ``day`` from now on: one ``SET`` of the pointer, which readers see whole or not
+    at all. Returns the day as served (with ``since``)."""
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    live = ServedDay(**{**asdict(day), "since": now})
+    client.hset(GENERATIONS, live.generation, live.to_json())
+    client.set(SERVED, live.to_json())
+    return live
