@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from jobs.common.config import STRATEGIES, ConfigError, Settings, driver_memory, load_settings
 from jobs.common.errors import FeedpipeError
@@ -32,6 +32,7 @@ SETTING_FLAGS: dict[str, tuple[str, type, str, str]] = {
         "URI",
         "also publish complete days to this s3://bucket/prefix",
     ),
+    "store": ("--store", str, "URL", "the feed store, redis://host:port/db (docs/serving.md)"),
     "spark_master": ("--spark-master", str, "MASTER", "Spark master outside spark-submit"),
     "spark_remote": (
         "--spark-remote",
@@ -84,16 +85,19 @@ ALL_SETTINGS = tuple(SETTING_FLAGS)
 VERB_SETTINGS: dict[str, tuple[str, ...]] = {
     "generate": (),
     "import": (),
-    "feed": ("warehouse", "publish_to"),
+    "feed": ("warehouse", "publish_to", "store"),
     "tables": ("warehouse",),
     "catalog": ("warehouse", "spark_master", "spark_remote"),
     "report": ("warehouse",),
+    "store": ("warehouse", "store", "spark_master", "spark_remote"),
 }
 """The settings each verb reads, when not all of them: a verb offers only their flags (none,
 and no ``--config``, for the verbs that read no settings)."""
 
 VERB_SETTING_HELP = {
     ("feed", "publish_to"): "the s3://bucket/prefix days are published to (what --published reads)",
+    ("feed", "store"): "read the feeds of the day the feed store at URL serves (redis://...) "
+    "instead of the warehouse's Parquet",
     ("catalog", "spark_master"): "Spark master of --register's session",
     ("catalog", "spark_remote"): "run --register's statements on this Spark Connect server",
 }
@@ -497,6 +501,26 @@ def _add_service(verbs: Verbs) -> None:
     verbs.add("config", "print the effective configuration", cmd_config)
 
 
+def _add_store(verbs: Verbs) -> None:
+    st = verbs.add(
+        "store", "load published days into the feed store, and say what it serves", cmd_store
+    )
+    st.add_argument(
+        "action",
+        choices=("load", "status", "add-event"),
+        help="load: load a published day (--ds, default the latest) and switch readers to it; "
+        "status: which day is served, since when, its keys and memory; add-event: add events "
+        "(JSON Lines with the landing's event columns, from --file or stdin) to the served "
+        "feeds",
+    )
+    _ds(st, "the published day to load (default: the latest published day)")
+    st.add_argument(
+        "--file",
+        metavar="FILE",
+        help="add-event: the events, one JSON object a line (default: stdin)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="feedpipe",
@@ -505,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = Verbs(parser)
     for add in (_add_generate, _add_import, _add_pipeline, _add_feed, _add_tables):
         add(verbs)
-    for add in (_add_catalog, _add_evaluate, _add_report, _add_service):
+    for add in (_add_catalog, _add_evaluate, _add_report, _add_store, _add_service):
         add(verbs)
     return parser
 
@@ -599,7 +623,16 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.serving.reader import FeedReader, feed_json, format_table
 
     ids = _consumer_ids(args)
-    if args.published:
+    reader: Any
+    if getattr(args, "set_store", None) is not None:  # --store given: the store, not Parquet
+        from jobs.serving.store_reader import StoreReader
+
+        if args.published or args.unpublished or args.ds is not None:
+            raise UsageError(
+                "--store reads the day the store serves: no --ds, --published or --unpublished"
+            )
+        reader = StoreReader(settings.store, settings.warehouse)
+    elif args.published:
         if not settings.publish_to:
             raise ConfigError("--published needs publish_to (--publish-to or FEEDPIPE_PUBLISH_TO)")
         reader = FeedReader.published_copy(settings.publish_to, args.ds)
@@ -628,6 +661,39 @@ def cmd_feed(args: argparse.Namespace, settings: Settings) -> int:
                 print(json.dumps({"consumer_id": c, "feed": feed_json(feed)}))
     if unknown:
         print(_not_consumers(list(unknown), list(dict.fromkeys(ids)), reader.ds), file=sys.stderr)
+    return 0
+
+
+def cmd_store(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.common import store
+
+    if not settings.store:
+        raise ConfigError("no feed store configured: pass --store URL or set FEEDPIPE_STORE")
+    if args.action == "status":
+        print(json.dumps(store.status(store.connect(settings.store)), indent=2))
+        return 0
+    if args.action == "add-event":
+        from dataclasses import asdict
+
+        from jobs.common import live
+
+        if args.file:
+            with open(args.file, encoding="utf-8") as fh:
+                events = live.parse_events(fh, args.file)
+        else:
+            events = live.parse_events(sys.stdin, "stdin")
+        added = live.add_events(store.connect(settings.store), events)
+        print(json.dumps(asdict(added)))
+        return 0
+    from jobs.common.spark import build_session
+    from jobs.common.storage import Storage
+    from jobs.serving import published
+    from jobs.stages.store_load import load
+
+    ds = args.ds if args.ds is not None else published.latest_day(settings.warehouse)
+    wh = Storage.at(settings.warehouse)
+    record = load(build_session(settings, f"feedpipe-store-{ds}"), settings, ds, wh)
+    print(record.to_json())
     return 0
 
 

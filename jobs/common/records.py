@@ -188,6 +188,19 @@ class PublishRecord(StageRecord):
     published: dict[str, Any] | None = None
 
 
+class StoreRecord(StageRecord):
+    """A load of the day into the feed store: the generation switched in, when, how long the
+    load took, and the generations it removed."""
+
+    stage: ClassVar[str] = "store"
+    generation: str = ""
+    since: str = ""
+    load_seconds: float | None = None
+    caught_up: int = 0
+    """Events added live since the day ended, added to the new generation before the switch."""
+    retired: list[str] = []
+
+
 RECORD_TYPES: dict[str, type[StageRecord]] = {
     t.stage: t
     for t in (
@@ -197,6 +210,7 @@ RECORD_TYPES: dict[str, type[StageRecord]] = {
         MaterializeRecord,
         ValidateRecord,
         PublishRecord,
+        StoreRecord,
     )
 }
 """Each stage's record type, by stage name (the registry's names)."""

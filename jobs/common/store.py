@@ -28,8 +28,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import redact
@@ -142,6 +143,10 @@ class Keys:
         """Sorted set: a shared view's materialized feed."""
         return self._key(f"v:{view}", "feed")
 
+    def topics(self) -> str:
+        """Hash: the topic definitions in force (topic id -> predicate), for live events."""
+        return self._key("topics", "definitions")
+
     def pattern(self) -> str:
         """A ``SCAN`` pattern matching every key of the generation."""
         return f"{PREFIX}:{self.generation}:*"
@@ -150,15 +155,15 @@ class Keys:
 @dataclass(frozen=True)
 class ServedDay:
     """A loaded generation: the day, its id, when it was switched in (ISO-8601, UTC; empty
-    while loading), and how its feeds were built (k, coherency, k_p, the diversity window)."""
+    while loading), its feeds' k, and when its load started and when another generation
+    replaced it (seconds since the epoch; 0: not yet)."""
 
     ds: str
     generation: str
     since: str = ""
     feed_k: int = 20
-    coherency: str = "global"
-    feed_k_per_producer: int = 3
-    diversity_hours: float = 24.0
+    started: float = 0.0
+    replaced: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -178,11 +183,63 @@ def served(client: redis.Redis) -> ServedDay | None:
     return ServedDay.from_json(raw) if raw is not None else None
 
 
+def begin(client: redis.Redis, day: ServedDay) -> ServedDay:
+    """Record that ``day``'s generation is being loaded (so that a load killed half-way is
+    found and removed later)."""
+    started = replace(day, started=time.time())
+    client.hset(GENERATIONS, started.generation, started.to_json())
+    return started
+
+
 def switch(client: redis.Redis, day: ServedDay) -> ServedDay:
     """Serve ``day`` from now on: one ``SET`` of the pointer, which readers see whole or not
-    at all. Returns the day as served (with ``since``)."""
-    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    live = ServedDay(**{**asdict(day), "since": now})
+    at all; the generation it replaces is marked replaced now. Returns the day as served."""
+    now = time.time()
+    live = replace(
+        day,
+        since=dt.datetime.fromtimestamp(now, dt.UTC).isoformat(timespec="seconds"),
+        started=day.started or now,
+    )
+    before = served(client)
     client.hset(GENERATIONS, live.generation, live.to_json())
     client.set(SERVED, live.to_json())
+    if before is not None and before.generation != live.generation:
+        client.hset(GENERATIONS, before.generation, replace(before, replaced=now).to_json())
     return live
+
+
+def status(client: redis.Redis) -> dict[str, Any]:
+    """What the store serves: the served day and since when, every generation it holds (the
+    served one, those replaced and kept for their grace period, loads in progress or killed)
+    with its keys, and the server's memory (one ``SCAN`` over the store's keys)."""
+    day = served(client)
+    counts: dict[str, int] = {}
+    for key in client.scan_iter(match=f"{PREFIX}:*", count=1000):
+        parts = key.decode().split(":", 2)
+        if len(parts) == 3 and parts[1] not in ("served", "generations"):
+            counts[parts[1]] = counts.get(parts[1], 0) + 1
+    generations = []
+    for _, raw in sorted(client.hgetall(GENERATIONS).items()):
+        g = ServedDay.from_json(raw)
+        state = (
+            "served"
+            if day and g.generation == day.generation
+            else ("replaced" if g.replaced else "loading or killed")
+        )
+        generations.append(
+            {
+                "ds": g.ds,
+                "generation": g.generation,
+                "state": state,
+                "keys": counts.get(g.generation, 0),
+            }
+        )
+    memory = client.info("memory")
+    return {
+        "served": None
+        if day is None
+        else {"ds": day.ds, "generation": day.generation, "since": day.since, "feed_k": day.feed_k},
+        "generations": generations,
+        "used_memory_bytes": int(memory["used_memory"]),
+        "server": client.info("server").get("redis_version"),
+    }

@@ -29,6 +29,7 @@ VERBS = [
         "report",
         "evaluate",
         "evaluate-rates",
+        "store",
         "connect-server",
         "config",
     ),

@@ -1,0 +1,131 @@
+"""Reading feeds from the feed store (``feedpipe feed --store URL``; docs/serving.md,
+"Reading from the store"): read-only, with the Parquet reader's semantics and output.
+
+A read of consumers' feeds is two pipelined round trips: the first gets the served pointer
+with each consumer's sources and materialized feed in the generation last seen (and is sent
+again, once, if the pointer has moved); the second gets the latest k of every pulled producer
+and shared view they read. The items are merged as the Parquet reader merges them
+(:func:`jobs.serving.reader.merge_latest`: each event once, newest first, ties by event id).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from jobs.common import store
+from jobs.common.config import redact
+from jobs.serving.reader import Answer, FeedError, FeedItem, FeedReader, merge_latest
+
+
+class StoreReader:
+    """Feeds of the day the store serves. ``warehouse``: where ``with_payload`` looks the
+    events' payloads up (the served day's Parquet event store)."""
+
+    def __init__(self, url: str, warehouse: str | None = None):
+        self.url = url
+        self.client = store.connect(url)
+        self.warehouse = warehouse
+        self.day = self._served()
+
+    def _served(self) -> store.ServedDay:
+        day = store.served(self.client)
+        if day is None:
+            raise store.StoreError(
+                f"the feed store at {redact(self.url)} serves no day yet: "
+                "load one with `feedpipe store load --ds D`"
+            )
+        return day
+
+    @property
+    def ds(self) -> dt.date:
+        return dt.date.fromisoformat(self.day.ds)
+
+    @property
+    def published(self) -> bool:
+        return True  # the store serves published days only
+
+    def _lookup(self, consumers: Sequence[str], k: int) -> tuple[store.ServedDay, list[Any]]:
+        """The served day and, for each consumer, its sources and its materialized feed, in
+        one round trip (again when the pointer has moved since the generation last seen)."""
+        for _ in range(3):
+            keys = self.day.keys
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(store.SERVED)
+            for c in consumers:
+                pipe.lrange(keys.sources(c), 0, -1)
+                pipe.zrevrange(keys.consumer_feed(c), 0, k - 1, withscores=True)
+            out = pipe.execute()
+            now = store.ServedDay.from_json(out[0]) if out[0] is not None else None
+            if now is None:
+                raise store.StoreError(f"the feed store at {redact(self.url)} was emptied")
+            if now.generation == self.day.generation:
+                return now, out[1:]
+            self.day = now
+        raise store.StoreError("the served day kept changing while the feeds were read")
+
+    def answer(
+        self, consumers: Sequence[str], k: int | None = None, with_payload: bool = False
+    ) -> Answer:
+        limit = self.day.feed_k if k is None else k
+        if limit > self.day.feed_k:
+            raise FeedError(
+                f"feeds of {self.day.ds} hold {self.day.feed_k} events; --k must be at most that"
+            )
+        asked = list(dict.fromkeys(consumers))
+        day, rows = self._lookup(asked, limit)
+        keys = day.keys
+        items: dict[str, list[FeedItem]] = {}
+        reads: dict[str, list[str]] = {}
+        for i, c in enumerate(asked):
+            sources, own = rows[2 * i], rows[2 * i + 1]
+            reads[c] = [s.decode() for s in sources]
+            items[c] = [_item(m, s) for m, s in own]
+        wanted = sorted({s for ss in reads.values() for s in ss if s != "c"})
+        pipe = self.client.pipeline(transaction=False)
+        for s in wanted:
+            kind, name = s.split(":", 1)
+            key = keys.stream(name) if kind == "p" else keys.view_feed(name)
+            pipe.zrevrange(key, 0, limit - 1, withscores=True)
+        latest = {
+            s: [_item(m, score) for m, score in got]
+            for s, got in zip(wanted, pipe.execute(), strict=True)
+        }
+        feeds = {}
+        for c in asked:
+            merged = items[c] + [it for s in reads[c] if s != "c" for it in latest[s]]
+            feeds[c] = merge_latest(merged, limit)
+        unknown = tuple(c for c in asked if not reads[c])
+        if with_payload:
+            feeds = self._with_content(feeds)
+        return Answer({c: feeds[c] for c in consumers}, unknown)
+
+    def feeds(
+        self, consumers: Sequence[str], k: int | None = None, with_payload: bool = False
+    ) -> dict[str, list[FeedItem]]:
+        return self.answer(consumers, k, with_payload).feeds
+
+    def _with_content(self, feeds: dict[str, list[FeedItem]]) -> dict[str, list[FeedItem]]:
+        """The items with their payloads and attributes, from the served day's event store in
+        the warehouse (the store holds ids and times only)."""
+        if self.warehouse is None:
+            raise FeedError("--with-payload reads payloads from the warehouse's event store")
+        ids = {it.event_id for f in feeds.values() for it in f}
+        found = FeedReader(self.warehouse, self.ds).contents(ids)
+        missing = sorted(ids - set(found))
+        if missing:
+            raise FeedError(
+                f"{len(missing)} event(s) of the store's feeds are not in the event store of "
+                f"{self.ds} (e.g. {missing[0]!r}): events added live have no payload there"
+            )
+        return {
+            c: [dataclasses.replace(it, content=found[it.event_id]) for it in f]
+            for c, f in feeds.items()
+        }
+
+
+def _item(raw: bytes, score: float) -> FeedItem:
+    event_id, producer_id = store.unmember(raw)
+    return FeedItem(event_id, producer_id, store.at(score))

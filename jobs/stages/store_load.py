@@ -1,0 +1,245 @@
+"""Loading a published day into the feed store (``feedpipe store load --ds D``;
+docs/serving.md, "Loading a day").
+
+The day's published tables are written into a new generation of keys (``jobs.common.store``),
+beside the generation being served: each producer's stream (``feeds/producer_feed``, latest
+k), each consumer's materialized feed (``feeds/consumer_feed``) and each shared view's
+(``feeds/view_feed``), each consumer's sources (``plan/consumer_sources``) and each producer's
+push targets (the pushed edges of ``plan/edge_plan`` and the views of ``plan/view_members``).
+Every Spark task writes the rows it holds, in pipelined batches over its own connection, so
+the load grows with the cluster, not the driver. Only when every table is written, and the
+events added live since the day ended are added too (``jobs.common.live``), does one ``SET``
+of the served pointer switch readers to the new generation; a load that fails or is
+killed before it leaves the served day as it was (its partial generation is never read, and
+the next load removes it). Generations replaced more than ``store_grace_seconds`` ago are
+removed after a switch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from jobs.common import live, store, versions
+from jobs.common.config import Settings
+from jobs.common.dates import feed_time
+from jobs.common.records import MaterializeRecord, StoreRecord
+from jobs.common.storage import Storage
+from jobs.common.tables import contract_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
+
+log = logging.getLogger(__name__)
+
+BATCH = 2000
+"""Commands per pipelined round trip of a loading task."""
+
+LOADED = (
+    "clean/topics",
+    "feeds/producer_feed",
+    "feeds/consumer_feed",
+    "feeds/view_feed",
+    "plan/consumer_sources",
+    "plan/edge_plan",
+    "plan/view_members",
+)
+"""The published tables a load reads."""
+
+
+class LoadRefused(store.StoreError):
+    """The day cannot be served from the store (not published, or built in a way the store
+    does not serve)."""
+
+
+def _rows_writer(
+    url: str, password: str, write: Callable[[Any, Row], None]
+) -> Callable[[Iterator[Row]], None]:
+    """A ``foreachPartition`` function: its task's rows through ``write`` on one connection,
+    pipelined :data:`BATCH` at a time (``url`` and ``password`` travel with the closure)."""
+
+    def run(rows: Iterator[Row]) -> None:
+        env = {"FEEDPIPE_STORE_PASSWORD": password} if password else {}
+        client = store.connect(url, environ=env)
+        pipe = client.pipeline(transaction=False)
+        n = 0
+        for row in rows:
+            write(pipe, row)
+            n += 1
+            if n % BATCH == 0:
+                pipe.execute()
+        pipe.execute()
+        client.close()
+
+    return run
+
+
+def _feed_writer(
+    key: Callable[[str], str], owner: str, producer: str
+) -> Callable[[Any, Row], None]:
+    """ZADD of one feed row: ``owner``'s feed gets the member of (event, ``producer``)."""
+
+    def write(pipe: Any, row: Row) -> None:
+        item = store.member(row["event_id"], row[producer])
+        pipe.zadd(key(row[owner]), {item: store.score(row["created_at"])})
+
+    return write
+
+
+def _source_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
+    """RPUSH of one source of a consumer: ``p:<producer>``, ``v:<view>`` or ``c`` (its own
+    materialized feed)."""
+
+    def write(pipe: Any, row: Row) -> None:
+        kind = row["source_type"]
+        source = {"producer": "p:", "view": "v:"}.get(kind)
+        value = f"{source}{row['source_id']}" if source else "c"
+        pipe.rpush(keys.sources(row["consumer_id"]), value)
+
+    return write
+
+
+def _topic_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
+    """HSET of one topic definition in force (live events are matched against it)."""
+
+    def write(pipe: Any, row: Row) -> None:
+        pipe.hset(keys.topics(), row["topic_id"], row["predicate"])
+
+    return write
+
+
+def _target_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
+    """SADD of one push target of a producer (a consumer or a view)."""
+
+    def write(pipe: Any, row: Row) -> None:
+        pipe.sadd(keys.targets(row["producer_id"]), row["target"])
+
+    return write
+
+
+def targets(edge_plan: DataFrame, members: DataFrame) -> DataFrame:
+    """Each producer's push targets: ``c:<consumer>`` for each pushed edge, ``v:<view>`` for
+    each shared view it is a member of."""
+    from pyspark.sql import functions as F
+
+    pushed = edge_plan.where(F.col("mode") == "push").select(
+        "producer_id", F.concat(F.lit("c:"), "consumer_id").alias("target")
+    )
+    viewed = members.select("producer_id", F.concat(F.lit("v:"), "view_id").alias("target"))
+    return pushed.unionByName(viewed)
+
+
+def writes(keys: store.Keys, frames: dict[str, DataFrame]) -> Iterable[tuple[str, DataFrame, Any]]:
+    """What each table of the day becomes: (name, rows, row writer)."""
+    yield (
+        "streams",
+        frames["feeds/producer_feed"],
+        _feed_writer(keys.stream, "producer_id", "author_id"),
+    )
+    yield (
+        "consumer feeds",
+        frames["feeds/consumer_feed"],
+        _feed_writer(keys.consumer_feed, "consumer_id", "producer_id"),
+    )
+    yield (
+        "view feeds",
+        frames["feeds/view_feed"],
+        _feed_writer(keys.view_feed, "view_id", "producer_id"),
+    )
+    yield "sources", frames["plan/consumer_sources"], _source_writer(keys)
+    yield "topics", frames["clean/topics"], _topic_writer(keys)
+    yield (
+        "push targets",
+        targets(frames["plan/edge_plan"], frames["plan/view_members"]),
+        _target_writer(keys),
+    )
+
+
+def served_day(ds: dt.date, day: versions.DayVersion) -> store.ServedDay:
+    """The new generation's description, from the day's materialize record (refused when its
+    feeds are per-producer: the store serves global coherency)."""
+    state = day.records.get("materialize")
+    state = state if isinstance(state, MaterializeRecord) else MaterializeRecord()
+    if (state.coherency or "global") != "global":
+        raise LoadRefused(
+            f"{ds} was materialized with coherency = {state.coherency}: the feed store serves "
+            "global coherency only; read its feeds from Parquet (feedpipe feed)"
+        )
+    return store.ServedDay(
+        ds=ds.isoformat(), generation=store.new_generation(ds), feed_k=state.feed_k or 20
+    )
+
+
+def remove_generation(client: Any, generation: str) -> int:
+    """Delete every key of a generation (``SCAN`` + ``UNLINK``, a batch at a time); returns
+    how many."""
+    removed = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=store.Keys(generation).pattern(), count=1000):
+        batch.append(key)
+        if len(batch) == 1000:
+            removed += client.unlink(*batch)
+            batch = []
+    if batch:
+        removed += client.unlink(*batch)
+    client.hdel(store.GENERATIONS, generation)
+    return removed
+
+
+def retire(client: Any, served: store.ServedDay, grace_seconds: float) -> list[str]:
+    """Remove the generations that are not ``served`` and were replaced (or left unfinished)
+    more than ``grace_seconds`` ago; returns them."""
+    now = time.time()
+    gone = []
+    for raw_gen, raw in client.hgetall(store.GENERATIONS).items():
+        generation = raw_gen.decode()
+        if generation == served.generation:
+            continue
+        day = store.ServedDay.from_json(raw)
+        ended = day.replaced or day.started
+        if ended and now - ended >= grace_seconds:
+            remove_generation(client, generation)
+            gone.append(generation)
+    return gone
+
+
+def load(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> StoreRecord:
+    """Load published day ``ds`` into ``settings.store`` and switch readers to it."""
+    if not settings.store:
+        raise LoadRefused("no feed store configured: set store (FEEDPIPE_STORE) or pass --store")
+    day = versions.published(wh, ds)
+    if day is None:
+        raise LoadRefused(f"{ds} is not published in {wh.uri()}: run its stages and publish first")
+    client = store.connect(settings.store)
+    new = served_day(ds, day)
+    store.begin(client, new)
+    started = time.monotonic()
+    frames = {}
+    for key in LOADED:
+        parts = day.parts(key)
+        if parts is None:
+            raise LoadRefused(f"{ds} has no published {key} in {wh.uri()}")
+        versions.note_read(key, ds)
+        frames[key] = spark.read.schema(contract_of(key).schema()).parquet(wh.spark_path(*parts))
+    password = client.connection_pool.connection_kwargs.get("password") or ""
+    for name, frame, write in writes(new.keys, frames):
+        frame.foreachPartition(_rows_writer(settings.store, password, write))
+        log.info("store load %s: %s written", ds, name)
+    # the events added live since the day ended (its tables hold the rest), before the switch
+    # and once more after it, for any added while the first catch-up ran
+    ended = feed_time(ds)
+    caught = live.catch_up(client, new, ended)
+    served = store.switch(client, new)
+    caught = max(caught, live.catch_up(client, served, ended))
+    live.forget_before(client, ended)
+    removed = retire(client, served, settings.store_grace_seconds)
+    return StoreRecord(
+        generation=served.generation,
+        since=served.since,
+        caught_up=caught,
+        load_seconds=round(time.monotonic() - started, 2),
+        retired=removed,
+    )
