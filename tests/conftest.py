@@ -173,3 +173,13 @@ def topics_copy(topics_built, tmp_path):
     return dataclasses.replace(
         topics_built, warehouse=str(private_copy(topics_built.warehouse, tmp_path / "topics-wh"))
     )
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A throwaway Redis server on 127.0.0.1 (``jobs.dev.store_server``) for the run; each test
+    empties what it uses."""
+    from jobs.dev import store_server
+
+    with store_server.running(tmp_path_factory.mktemp("redis")) as s:
+        yield s

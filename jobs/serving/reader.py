@@ -81,6 +81,22 @@ def merge_latest(items: Iterable[FeedItem], k: int) -> list[FeedItem]:
     return sorted(unique.values(), key=sort_key, reverse=True)[:k]
 
 
+def with_contents(
+    feeds: dict[str, list[FeedItem]], found: dict[str, Content], whose: str
+) -> dict[str, list[FeedItem]]:
+    """Every item of ``feeds`` with its content from ``found`` (an event store's lookup); an
+    item without one is a :class:`FeedError` naming ``whose`` feeds."""
+    missing = sorted({it.event_id for f in feeds.values() for it in f} - set(found))
+    if missing:
+        raise FeedError(
+            f"{len(missing)} event(s) of {whose} are not in the event store (e.g. {missing[0]!r})"
+        )
+    return {
+        c: [dataclasses.replace(it, content=found[it.event_id]) for it in f]
+        for c, f in feeds.items()
+    }
+
+
 def _utc(at: dt.datetime) -> dt.datetime:
     return at.replace(tzinfo=dt.UTC) if at.tzinfo is None else at.astimezone(dt.UTC)
 
@@ -220,16 +236,8 @@ class FeedReader:
         if not with_payload:
             return feeds
         found = self.contents(it.event_id for f in feeds.values() for it in f)
-        missing = sorted({it.event_id for f in feeds.values() for it in f} - set(found))
-        if missing:  # validate's in_event_store expectation keeps this from a published day
-            raise FeedError(
-                f"{len(missing)} event(s) of the feeds of {self.ds} are not in its event store"
-                f" (e.g. {missing[0]!r})"
-            )
-        return {
-            c: [dataclasses.replace(it, content=found[it.event_id]) for it in f]
-            for c, f in feeds.items()
-        }
+        # validate's in_event_store expectation keeps a published day from missing any
+        return with_contents(feeds, found, f"the feeds of {self.ds}")
 
     def _feeds(
         self, consumers: Sequence[str], k: int | None

@@ -10,14 +10,20 @@ and shared view they read. The items are merged as the Parquet reader merges the
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from jobs.common import store
 from jobs.common.config import redact
-from jobs.serving.reader import Answer, FeedError, FeedItem, FeedReader, merge_latest
+from jobs.serving.reader import (
+    Answer,
+    FeedError,
+    FeedItem,
+    FeedReader,
+    merge_latest,
+    with_contents,
+)
 
 
 class StoreReader:
@@ -114,16 +120,7 @@ class StoreReader:
             raise FeedError("--with-payload reads payloads from the warehouse's event store")
         ids = {it.event_id for f in feeds.values() for it in f}
         found = FeedReader(self.warehouse, self.ds).contents(ids)
-        missing = sorted(ids - set(found))
-        if missing:
-            raise FeedError(
-                f"{len(missing)} event(s) of the store's feeds are not in the event store of "
-                f"{self.ds} (e.g. {missing[0]!r}): events added live have no payload there"
-            )
-        return {
-            c: [dataclasses.replace(it, content=found[it.event_id]) for it in f]
-            for c, f in feeds.items()
-        }
+        return with_contents(feeds, found, "the store's feeds (events added live have none)")
 
 
 def _item(raw: bytes, score: float) -> FeedItem:

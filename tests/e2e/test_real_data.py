@@ -102,7 +102,7 @@ def test_higgs(tmp_path):
 
     def verdicts(settings: Settings) -> list[bool | None]:
         return [
-            volume_gate("events", counts[i], counts[max(0, i - 7) : i][::-1], settings)["passed"]
+            volume_gate("events", counts[i], counts[max(0, i - 7) : i][::-1], settings).passed
             for i in range(len(counts))
         ]
 

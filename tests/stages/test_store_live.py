@@ -17,19 +17,12 @@ import pytest
 from jobs import cli
 from jobs.common import live, store
 from jobs.common.storage import Storage
-from jobs.dev import store_server
 from jobs.serving.store_reader import StoreReader
 from jobs.stages import store_load
 from support import naive
 from support.workloads import LAST, START, K, build
 
 D = LAST - dt.timedelta(days=1)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with store_server.running(tmp_path_factory.mktemp("store")) as s:
-        yield s
 
 
 def oracle(
@@ -80,16 +73,16 @@ def landed(landing: Path, ds: dt.date) -> list[live.LiveEvent]:
     return live.parse_events(lines, f"events of {ds}")
 
 
-def test_live_events_reach_every_feed_now_and_across_the_switch(spark, built_copy, server):
-    client = store.connect(server.url)
+def test_live_events_reach_every_feed_now_and_across_the_switch(spark, built_copy, redis_server):
+    client = store.connect(redis_server.url)
     client.flushdb()
-    s = dataclasses.replace(built_copy, store=server.url, store_grace_seconds=0)
+    s = dataclasses.replace(built_copy, store=redis_server.url, store_grace_seconds=0)
     wh, landing = Storage.at(s.warehouse), Path(s.landing)
     build(spark, s, [D], ("validate", "publish"))
     store_load.load(spark, s, D, wh)
     everyone = sorted({c for c, _ in naive.graph(landing, D, START)})
     sample = sorted(random.Random(5).sample(everyone, min(300, len(everyone))))
-    assert from_store(server.url, sample) == oracle(landing, D, [], sample)
+    assert from_store(redis_server.url, sample) == oracle(landing, D, [], sample)
 
     # the next day's events arrive live, in three batches, in the order they were created
     arriving = sorted(landed(landing, LAST), key=lambda e: (e.created_at, e.event_id))
@@ -99,11 +92,11 @@ def test_live_events_reach_every_feed_now_and_across_the_switch(spark, built_cop
         result = live.add_events(client, batch)
         added += batch
         assert result.events == len(batch) and result.insertions > 0
-        assert from_store(server.url, sample) == oracle(landing, D, added, sample)
+        assert from_store(redis_server.url, sample) == oracle(landing, D, added, sample)
     before = {k: client.zcard(k) for k in client.scan_iter(match="fp:*:feed")}
     live.add_events(client, arriving[:150])  # delivered again: nothing changes
     assert {k: client.zcard(k) for k in client.scan_iter(match="fp:*:feed")} == before
-    assert from_store(server.url, sample) == oracle(landing, D, added, sample)
+    assert from_store(redis_server.url, sample) == oracle(landing, D, added, sample)
 
     # a producer the plan does not know: its stream only
     stranger = live.LiveEvent("e-stranger", "nobody-follows-me", arriving[-1].created_at)
@@ -134,20 +127,20 @@ def test_live_events_reach_every_feed_now_and_across_the_switch(spark, built_cop
     sample = sorted(random.Random(6).sample(everyone, min(300, len(everyone))))
     expected = oracle(landing, LAST, early, sample)
     assert any(any(e.startswith("late-") for e in f) for f in expected.values())
-    assert from_store(server.url, sample) == expected
+    assert from_store(redis_server.url, sample) == expected
     # the live log keeps only what the served day's tables do not hold
     assert {m.decode() for m in client.zrange(live.LIVE, 0, -1)} == {e.event_id for e in early}
 
 
-def test_a_malformed_event_line_adds_nothing_and_says_which(tmp_path, server, capsys):
-    client = store.connect(server.url)
+def test_a_malformed_event_line_adds_nothing_and_says_which(tmp_path, redis_server, capsys):
+    client = store.connect(redis_server.url)
     client.flushdb()
     events = tmp_path / "events.jsonl"
     events.write_text(
         '{"event_id": "e1", "producer_id": "p1", "created_at": "2026-01-06T10:00:00Z"}\n'
         '{"event_id": "e2", "producer_id": "p1"}\n'
     )
-    assert cli.main(["store", "add-event", "--store", server.url, "--file", str(events)]) == 1
+    assert cli.main(["store", "add-event", "--store", redis_server.url, "--file", str(events)]) == 1
     err = capsys.readouterr().err
     assert f"{events} line 2: no created_at; no event of it was added" in err
     assert err.count("\n") == 1

@@ -22,16 +22,10 @@ from jobs.stages import store_load
 from support.workloads import LAST, K, build
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with store_server.running(tmp_path_factory.mktemp("store")) as s:
-        yield s
-
-
 @pytest.fixture()
-def url(server):
-    store.connect(server.url).flushdb()
-    return server.url
+def url(redis_server):
+    store.connect(redis_server.url).flushdb()
+    return redis_server.url
 
 
 def published_consumers(warehouse: str) -> list[str]:

@@ -17,21 +17,17 @@ from jobs.common.config import ConfigError, Settings
 from jobs.dev import store_server
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with store_server.running(tmp_path_factory.mktemp("store")) as s:
-        yield s
-
-
 @pytest.fixture()
-def client(server):
-    c = store.connect(server.url)
+def client(redis_server):
+    c = store.connect(redis_server.url)
     c.flushdb()
     return c
 
 
-def test_a_store_is_reached_and_every_failure_is_one_line_without_the_password(tmp_path, server):
-    assert store.connect(server.url).ping()
+def test_a_store_is_reached_and_every_failure_is_one_line_without_the_password(
+    tmp_path, redis_server
+):
+    assert store.connect(redis_server.url).ping()
     closed = store_server.free_port()
     with pytest.raises(store.StoreError) as e:
         store.connect(f"redis://127.0.0.1:{closed}/0")
