@@ -38,13 +38,15 @@ class BadEvent(FeedpipeError, ValueError):
 
 @dataclass(frozen=True)
 class LiveEvent:
-    """An event as the landing's ``events`` table carries it (the payload stays with the
-    landing: the store keeps ids and times)."""
+    """An event as the landing's ``events`` table carries it. Feeds hold its id and time; its
+    payload and attributes are kept in the live log (:data:`LIVE_EVENTS`) until the day they
+    belong to is served from its tables (whose event store has them)."""
 
     event_id: str
     producer_id: str
     created_at: dt.datetime
     attributes: dict[str, str] = field(default_factory=dict)
+    payload: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(
@@ -53,8 +55,20 @@ class LiveEvent:
                 "producer_id": self.producer_id,
                 "created_at": self.created_at.isoformat(),
                 "attributes": self.attributes,
+                "payload": self.payload,
             },
             sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> LiveEvent:
+        row = json.loads(raw)
+        return cls(
+            row["event_id"],
+            row["producer_id"],
+            dt.datetime.fromisoformat(row["created_at"]),
+            row.get("attributes") or {},
+            row.get("payload"),
         )
 
 
@@ -70,7 +84,7 @@ def _instant(value: Any) -> dt.datetime:
 
 def parse_event(line: str) -> LiveEvent:
     """One JSON Lines event: ``event_id``, ``producer_id``, ``created_at``; optional
-    ``attributes`` (an object of strings) and ``payload`` (ignored here)."""
+    ``attributes`` (an object of strings) and ``payload`` (a string)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -89,7 +103,11 @@ def parse_event(line: str) -> LiveEvent:
         isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
     ):
         raise ValueError("attributes must be an object of strings")
-    return LiveEvent(ids["event_id"], ids["producer_id"], _instant(row["created_at"]), attributes)
+    payload = row.get("payload")
+    if payload is not None and not isinstance(payload, str):
+        raise ValueError("payload must be a string")
+    at = _instant(row["created_at"])
+    return LiveEvent(ids["event_id"], ids["producer_id"], at, attributes, payload)
 
 
 def parse_events(lines: Iterable[str], source: str) -> list[LiveEvent]:
@@ -209,19 +227,15 @@ def logged_since(client: redis.Redis, since: dt.datetime) -> list[LiveEvent]:
     ids: list[bytes] = list(client.zrangebyscore(LIVE, store.score(since), "+inf"))  # type: ignore[arg-type]
     if not ids:
         return []
-    out = []
-    for raw in client.hmget(LIVE_EVENTS, ids):
-        if raw is not None:
-            row = json.loads(raw)
-            out.append(
-                LiveEvent(
-                    row["event_id"],
-                    row["producer_id"],
-                    dt.datetime.fromisoformat(row["created_at"]),
-                    row.get("attributes") or {},
-                )
-            )
-    return out
+    return [LiveEvent.from_json(raw) for raw in client.hmget(LIVE_EVENTS, ids) if raw is not None]
+
+
+def logged(client: redis.Redis, event_ids: Sequence[str]) -> dict[str, LiveEvent]:
+    """The events of ``event_ids`` that the live log holds."""
+    if not event_ids:
+        return {}
+    found = client.hmget(LIVE_EVENTS, list(event_ids))
+    return {i: LiveEvent.from_json(raw) for i, raw in zip(event_ids, found, strict=True) if raw}
 
 
 def catch_up(client: redis.Redis, day: store.ServedDay, ends: dt.datetime) -> int:

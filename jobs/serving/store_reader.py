@@ -14,10 +14,11 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from jobs.common import store
+from jobs.common import live, store
 from jobs.common.config import redact
 from jobs.serving.reader import (
     Answer,
+    Content,
     FeedError,
     FeedItem,
     FeedReader,
@@ -114,13 +115,15 @@ class StoreReader:
         return self.answer(consumers, k, with_payload).feeds
 
     def _with_content(self, feeds: dict[str, list[FeedItem]]) -> dict[str, list[FeedItem]]:
-        """The items with their payloads and attributes, from the served day's event store in
-        the warehouse (the store holds ids and times only)."""
+        """The items with their payloads and attributes: from the served day's event store in
+        the warehouse, and for the events added live since, from the live log."""
         if self.warehouse is None:
             raise FeedError("--with-payload reads payloads from the warehouse's event store")
         ids = {it.event_id for f in feeds.values() for it in f}
         found = FeedReader(self.warehouse, self.ds).contents(ids)
-        return with_contents(feeds, found, "the store's feeds (events added live have none)")
+        added = live.logged(self.client, sorted(ids - set(found)))
+        found.update({i: Content(e.payload, dict(e.attributes)) for i, e in added.items()})
+        return with_contents(feeds, found, "the store's feeds")
 
 
 def _item(raw: bytes, score: float) -> FeedItem:

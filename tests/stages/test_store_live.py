@@ -60,12 +60,17 @@ def landed(landing: Path, ds: dt.date) -> list[live.LiveEvent]:
     def instant(value: object) -> object:  # as landed: ISO-8601 text or epoch seconds
         return value.isoformat() if isinstance(value, pd.Timestamp) else value
 
+    def payload(row: object) -> dict[str, str]:
+        value = getattr(row, "payload", None)
+        return {"payload": value} if isinstance(value, str) and value else {}
+
     lines = [
         json.dumps(
             {
                 "event_id": r.event_id,
                 "producer_id": r.producer_id,
                 "created_at": instant(r.created_at),
+                **payload(r),
             }
         )
         for r in df.itertuples()
@@ -93,6 +98,21 @@ def test_live_events_reach_every_feed_now_and_across_the_switch(spark, built_cop
         added += batch
         assert result.events == len(batch) and result.insertions > 0
         assert from_store(redis_server.url, sample) == oracle(landing, D, added, sample)
+    # payloads: the served day's from its event store, the live events' from the live log
+    assert any(e.payload for e in added), "the landing has no payloads to check"
+    landed_payloads = naive.events(landing, D, START, payload=True).set_index("event_id")["payload"]
+    live_payloads = {e.event_id: e.payload for e in added}
+    answer = StoreReader(redis_server.url, s.warehouse).answer(sample, K, with_payload=True)
+    shown = [it for f in answer.feeds.values() for it in f]
+    assert any(it.event_id in live_payloads for it in shown)
+    for it in shown:
+        assert it.content is not None
+        want = (
+            live_payloads[it.event_id]
+            if it.event_id in live_payloads
+            else landed_payloads[it.event_id]
+        )
+        assert it.content.payload == want, it.event_id
     before = {k: client.zcard(k) for k in client.scan_iter(match="fp:*:feed")}
     live.add_events(client, arriving[:150])  # delivered again: nothing changes
     assert {k: client.zcard(k) for k in client.scan_iter(match="fp:*:feed")} == before
