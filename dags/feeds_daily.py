@@ -7,6 +7,11 @@ connection (`local[*]` on the embedded default), once the day's landing has arri
 
 `wait_for_landing` -> `ingest` -> `rates` -> `plan` -> `materialize` -> `validate` -> `publish`
 
+and, when a feed store is configured (`FEEDPIPE_STORE` in the environment the DAG is parsed
+in), `load_store` after `publish`: the published day is loaded into the store and readers are
+switched to it (docs/serving.md). A backfilled day older than the one the store serves is not
+loaded.
+
 `wait_for_landing` is a sensor in reschedule mode (it frees its worker slot between checks):
 it checks every `FEEDPIPE_LANDING_POKE_SECONDS` (300) that the day's `events/` and `views/`
 folders are there (and `follows/` when there is no previous graph; with
@@ -173,7 +178,9 @@ with DAG(
         retries=0,  # a timeout is final: the day's landing did not arrive in time
     )
     for stage in REGISTRY:
-        args = [stage.name, "--ds", "{{ ds }}"]
+        if stage.needs and not os.environ.get(f"FEEDPIPE_{stage.needs.upper()}"):
+            continue  # load_store: only when a feed store is configured
+        args = [*stage.argv, "--ds", "{{ ds }}"]
         if "full_refresh" in stage.options:  # the param as the stage's flag, either way
             args.append("{{ '--full-refresh' if params.full_refresh else '--no-full-refresh' }}")
         task = SparkSubmitOperator(

@@ -307,6 +307,8 @@ def _add_import(verbs: Verbs) -> None:
 
 def _add_pipeline(verbs: Verbs) -> None:
     for stage in REGISTRY:
+        if stage.command:  # a verb of its own (feedpipe store load)
+            continue
         sp = verbs.add(stage.name, stage.description, cmd_stage)
         _ds(sp, "the logical date: the day to run", required=True)
         if "full_refresh" in stage.options:
@@ -685,15 +687,11 @@ def cmd_store(args: argparse.Namespace, settings: Settings) -> int:
         added = live.add_events(store.connect(settings.store), events)
         print(json.dumps(asdict(added)))
         return 0
-    from jobs.common.spark import build_session
-    from jobs.common.storage import Storage
     from jobs.serving import published
-    from jobs.stages.store_load import load
+    from jobs.stages import runner
 
     ds = args.ds if args.ds is not None else published.latest_day(settings.warehouse)
-    wh = Storage.at(settings.warehouse)
-    record = load(build_session(settings, f"feedpipe-store-{ds}"), settings, ds, wh)
-    print(record.to_json())
+    print(runner.run_stage("store", settings, ds).to_json())
     return 0
 
 

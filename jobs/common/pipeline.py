@@ -72,6 +72,16 @@ class Stage:
     """The run options it takes beyond the day (``full_refresh``)."""
     retried: bool = True
     """Whether the DAG retries a failed task (a failed expectation is not transient)."""
+    command: tuple[str, ...] = ()
+    """Its verb on the command line, when not its name (``store load``)."""
+    needs: str = ""
+    """A setting it runs only when set (``store``: the feed store); ``feedpipe run`` and the
+    DAG leave it out otherwise."""
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """Its command line before ``--ds D``: ``feedpipe <argv> --ds D`` runs it."""
+        return self.command or (self.name,)
 
     @property
     def landing(self) -> tuple[str, ...]:
@@ -169,11 +179,35 @@ REGISTRY: tuple[Stage, ...] = (
         reports=True,
         recorded=False,
     ),
+    Stage(
+        "store",
+        "load_store",
+        "load the published day into the feed store and switch readers to it",
+        "jobs.stages.store_load:load",
+        reads=(
+            "clean/topics",
+            "feeds/producer_feed",
+            "feeds/consumer_feed",
+            "feeds/view_feed",
+            "plan/consumer_sources",
+            "plan/edge_plan",
+            "plan/view_members",
+        ),
+        writes=(),
+        command=("store", "load"),
+        needs="store",
+    ),
 )
-"""The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages")."""
+"""The stages of a day, in the order they run (``../shared/DESIGN.md``, "Stages"): those
+that make a day and publish it, then those that serve a published day."""
 
 STAGES: tuple[str, ...] = tuple(s.name for s in REGISTRY)
-SPARK_STAGES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.spark)
+PUBLISH = "publish"
+"""The stage that publishes a day: the stages up to it make the day, those after it serve it."""
+DAY_STAGES: tuple[str, ...] = STAGES[: STAGES.index(PUBLISH) + 1]
+"""The stages a published day needs (``publish`` refuses a day one of them has not run for)."""
+SPARK_STAGES: tuple[str, ...] = tuple(s.name for s in REGISTRY if s.spark and s.name in DAY_STAGES)
+"""The Spark stages of a day (``bench.day`` times each)."""
 TASK_IDS: dict[str, str] = {s.name: s.task_id for s in REGISTRY}
 """Each stage's task id in the ``feeds_daily`` DAG (``verb_object``)."""
 

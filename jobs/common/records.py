@@ -199,6 +199,8 @@ class StoreRecord(StageRecord):
     caught_up: int = 0
     """Events added live since the day ended, added to the new generation before the switch."""
     retired: list[str] = []
+    skipped: str = ""
+    """The newer day the store served instead, when this day was not loaded."""
 
 
 RECORD_TYPES: dict[str, type[StageRecord]] = {

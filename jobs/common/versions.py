@@ -37,7 +37,7 @@ from pyarrow import fs as pafs
 
 from jobs.common import ledger
 from jobs.common.errors import FeedpipeError
-from jobs.common.pipeline import REGISTRY
+from jobs.common.pipeline import DAY_STAGES, REGISTRY
 from jobs.common.records import Manifest, StageRecord, ValidationResults
 from jobs.common.storage import Storage, ds_dir
 
@@ -255,4 +255,5 @@ def drop_older(wh: Storage, key: str, ds: dt.date, folder: str) -> None:
 def missing_records(wh: Storage, ds: dt.date) -> list[str]:
     """The stages before ``publish`` that have no record for the day (not run, or withdrawn
     because an earlier stage ran again since)."""
-    return [s.name for s in REGISTRY if s.recorded and ledger.read_record(wh, ds, s.name) is None]
+    before = [s for s in REGISTRY if s.name in DAY_STAGES and s.recorded]
+    return [s.name for s in before if ledger.read_record(wh, ds, s.name) is None]

@@ -81,13 +81,17 @@ class LocalStore:
             return None
 
 
-def start(folder: Path, port: int | None = None, password: str = "") -> LocalStore:
-    """Start a server in the background (its data in ``folder``, nothing saved to disk),
-    answering ``PING`` before this returns."""
+def start(
+    folder: Path, port: int | None = None, password: str = "", persist: bool = False
+) -> LocalStore:
+    """Start a server in the background (its data in ``folder``), answering ``PING`` before
+    this returns. With ``persist``, it saves its data to ``folder/dump.rdb`` when stopped and
+    reads it back when started again in the same folder; otherwise nothing is saved."""
     folder.mkdir(parents=True, exist_ok=True)
     store = LocalStore(port or free_port(), folder, password)
     cmd = [server_binary(), "--port", str(store.port), "--bind", "127.0.0.1"]
-    cmd += ["--save", "", "--appendonly", "no", "--daemonize", "yes"]
+    cmd += ["--save", *(("3600", "1") if persist else ("",)), "--appendonly", "no"]
+    cmd += ["--daemonize", "yes"]
     cmd += ["--dir", str(folder), "--pidfile", str(store.pidfile)]
     cmd += ["--logfile", str(folder / "redis.log")]
     if password:
@@ -122,6 +126,66 @@ def stop(store: LocalStore) -> None:
         time.sleep(0.05)
 
 
+def kept(folder: Path) -> LocalStore | None:
+    """The store last started in ``folder`` by :func:`start_kept` (running or not), or None."""
+    known = folder / "port"
+    return LocalStore(int(known.read_text()), folder) if known.exists() else None
+
+
+def start_kept(folder: Path, port: int | None = None) -> LocalStore:
+    """Start (or find running) the store kept in ``folder``: its data saved there when it is
+    stopped and read back when it starts again, on the port it had when that port is free."""
+    folder = folder.resolve()
+    last = kept(folder)
+    if last is not None and last.pid() is not None and _answers(last.port):
+        return last
+    if port is None and last is not None and _free(last.port):
+        port = last.port
+    store = start(folder, port, persist=True)
+    (folder / "port").write_text(str(store.port))
+    return store
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jobs.dev.store_server start|stop|url FOLDER``: the demo's store, kept in
+    ``FOLDER`` (:func:`start_kept`); each prints the store's URL."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m jobs.dev.store_server")
+    parser.add_argument("action", choices=("start", "stop", "url"))
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--port", type=int, help="default: the folder's last port, if free")
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        print(start_kept(args.folder, args.port).url)
+        return 0
+    store = kept(args.folder.resolve())
+    if store is None:
+        print(f"no store was started in {args.folder}")
+        return 1
+    if args.action == "stop":
+        stop(store)
+    print(store.url)
+    return 0
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), 1):
+            return True
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def running(folder: Path, password: str = "") -> Iterator[LocalStore]:
     """A server for the duration of the block."""
@@ -130,3 +194,7 @@ def running(folder: Path, password: str = "") -> Iterator[LocalStore]:
         yield store
     finally:
         stop(store)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -111,6 +111,14 @@ def _report(wh: Storage, ds: dt.date) -> None:
         log.info("report %s: %s", ds, written)
 
 
+def chosen_stages(settings: Settings, only: tuple[str, ...] | None = None) -> list[Stage]:
+    """``only`` these stages, else every stage whose setting is set: a stage that needs one
+    (``store``) runs only when it is set or ``only`` names it."""
+    if only:
+        return [stage(s) for s in only]
+    return [s for s in map(stage, STAGES) if not s.needs or getattr(settings, s.needs)]
+
+
 def run_day(
     settings: Settings,
     ds: dt.date,
@@ -120,7 +128,7 @@ def run_day(
     wh: Storage | None = None,
 ) -> dict[str, StageRecord]:
     """All stages (or ``only`` these) of one day in one Spark application."""
-    chosen = [stage(s) for s in only or STAGES]
+    chosen = chosen_stages(settings, only)
     wh = wh or Storage.at(settings.warehouse)
     if any(s.landing for s in chosen):  # refused before a Spark session is started for it
         readiness.check(settings, ds, wh)

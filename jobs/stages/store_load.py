@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.common import live, store, versions
 from jobs.common.config import Settings
 from jobs.common.dates import feed_time
+from jobs.common.pipeline import stage
 from jobs.common.records import MaterializeRecord, StoreRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import contract_of
@@ -38,16 +39,8 @@ log = logging.getLogger(__name__)
 BATCH = 2000
 """Commands per pipelined round trip of a loading task."""
 
-LOADED = (
-    "clean/topics",
-    "feeds/producer_feed",
-    "feeds/consumer_feed",
-    "feeds/view_feed",
-    "plan/consumer_sources",
-    "plan/edge_plan",
-    "plan/view_members",
-)
-"""The published tables a load reads."""
+LOADED: tuple[str, ...] = stage("store").reads
+"""The published tables a load reads (declared in ``jobs.common.pipeline.REGISTRY``)."""
 
 
 class LoadRefused(store.StoreError):
@@ -207,13 +200,20 @@ def retire(client: Any, served: store.ServedDay, grace_seconds: float) -> list[s
 
 
 def load(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> StoreRecord:
-    """Load published day ``ds`` into ``settings.store`` and switch readers to it."""
+    """Load published day ``ds`` into ``settings.store`` and switch readers to it (the
+    ``store`` stage). A day older than the one served is not loaded: the store keeps serving
+    the newer day, as ``manifests/latest`` keeps pointing at it, and the record says so."""
     if not settings.store:
         raise LoadRefused("no feed store configured: set store (FEEDPIPE_STORE) or pass --store")
     day = versions.published(wh, ds)
     if day is None:
         raise LoadRefused(f"{ds} is not published in {wh.uri()}: run its stages and publish first")
     client = store.connect(settings.store)
+    current = store.served(client)
+    if current is not None and current.ds > ds.isoformat():
+        # a backfill of a past day republishes it; the store keeps serving the newer day
+        log.warning("store load %s skipped: the store serves a newer day, %s", ds, current.ds)
+        return StoreRecord(generation=current.generation, since=current.since, skipped=current.ds)
     new = served_day(ds, day)
     store.begin(client, new)
     started = time.monotonic()

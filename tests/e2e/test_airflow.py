@@ -26,10 +26,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.common.pipeline import STAGES, TASK_IDS, WAIT_TASK_ID
+from jobs.common import store
+from jobs.common.pipeline import DAY_STAGES, STAGES, TASK_IDS, WAIT_TASK_ID
 from jobs.common.storage import Storage
 from jobs.dev.local_airflow import LocalAirflow, airflow, airflow_env, dags_test, migrate
 from jobs.serving.reader import FeedReader
+from jobs.serving.store_reader import StoreReader
 from jobs.workloads.generate import PROFILES, generate, scaled
 from support import naive
 from support.paths import version
@@ -46,13 +48,19 @@ BACKFILL_STRATEGIES = "push-all,pull-all,ff-per-pair"
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    """Landing files for three days, an Airflow home migrated once, the warehouse."""
+def home(tmp_path_factory, redis_server):
+    """Landing files for three days, an Airflow home migrated once, the warehouse; a feed
+    store configured (the DAG loads each published day into it)."""
     root = tmp_path_factory.mktemp("af")
     landing, warehouse = root / "landing", root / "warehouse"
     generate(Storage.at(str(landing)), START, DAYS, scaled(PROFILES["ff2010"], 0.002), seed=3)
+    store.connect(redis_server.url).flushdb()
     # no scheduled runs: only what the tests ask for (the DAG is unpaused below)
-    extra = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FEEDPIPE_STRATEGIES": STRATEGIES}
+    extra = {
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "FEEDPIPE_STRATEGIES": STRATEGIES,
+        "FEEDPIPE_STORE": redis_server.url,
+    }
     env = airflow_env(root / "airflow", str(landing), str(warehouse), extra)
     migrate(env)
     return env, landing, warehouse
@@ -99,7 +107,12 @@ def test_feeds_daily_runs_one_day_through_airflow_dags_test(first_day):
     manifest = json.loads((first_day / "manifests" / f"ds={START}" / "manifest.json").read_text())
     tables = manifest["tables"]
     assert tables["plan/edge_plan"]["rows"] == tables["clean/follows"]["rows"] > 0
-    assert set(manifest["stages"]) == set(STAGES) - {"publish"}
+    assert set(manifest["stages"]) == set(DAY_STAGES) - {"publish"}
+    # then load_store: the day loaded into the feed store, recorded after the manifest
+    loaded = json.loads(
+        (first_day / "manifests" / f"ds={START}" / "stages" / "store.json").read_text()
+    )
+    assert loaded["generation"].startswith(f"{START:%Y%m%d}-") and not loaded["skipped"]
     strategies = {r["strategy"] for r in manifest["plan"]["strategies"]}
     assert strategies == set(STRATEGIES.split(","))  # the shared views planned under Airflow
 
@@ -235,6 +248,12 @@ def test_a_rest_api_backfill_publishes_days_in_order_and_the_plugin_shows_them(
     assert (warehouse / "manifests" / "latest").read_text() == end.isoformat()
     expected = naive.feeds(landing, end, START, K)
     got = FeedReader(str(warehouse), end).feeds(sorted(expected), K)
+    assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
+    # load_store ran after each publish_day, on the Connect server: the store serves the last
+    # day, the naive feeds
+    served = StoreReader(env["FEEDPIPE_STORE"])
+    assert served.ds == end
+    got = served.feeds(sorted(expected), K)
     assert {c: [i.event_id for i in f] for c, f in got.items()} == expected
 
 

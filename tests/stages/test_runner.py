@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
-from jobs.common import ledger, readiness, versions
+from jobs.common import ledger, readiness, store, versions
 from jobs.common.records import PlanRecord, StageRecord
 from jobs.common.storage import Storage
 from jobs.stages import runner
@@ -132,12 +132,13 @@ def test_a_known_outage_runs_as_empty_when_allowed_and_is_recorded(spark, built_
 
 
 def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
-    spark, built_copy, topics_copy
+    spark, built_copy, topics_copy, redis_server
 ):
     """The registry is the lineage the docs show (docs/architecture.md, "Lineage"): over the
     churn days (FF-PerPair and the pure strategies, feeds incremental from day 2) and the topic
     days, the last churn day planned again with shared views served, validated and published,
-    the last topic day rebuilt in full, validated and published, and rates run on churn days
+    the last topic day rebuilt in full, validated and published, the last churn day loaded
+    into the feed store, and rates run on churn days
     ingested without their daily counts (by an older feedpipe: counted from the clean rows,
     to the same rates), every table a stage declares is one it read or wrote, and the runner
     refuses a stage that touches a table it does not declare (shown on a declaration with one
@@ -162,6 +163,9 @@ def test_every_stage_reads_and_writes_exactly_the_tables_it_declares(
     )
     for name in ("plan", "materialize", "validate", "publish"):
         seen(name, runner.run_stage(name, s, LAST, spark))
+    store.connect(redis_server.url).flushdb()
+    served = dataclasses.replace(s, store=redis_server.url)
+    seen("store", runner.run_stage("store", served, LAST, spark))
     plan = ledger.read_record(Storage.at(s.warehouse), LAST, "plan")
     assert isinstance(plan, PlanRecord) and plan.strategy == "cz-hierarchy2"
     last_topic_day = TOPIC_DATES[-1]

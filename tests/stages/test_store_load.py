@@ -6,19 +6,20 @@ step and the replaced generation goes, and what cannot be served is refused in o
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 
 import pyarrow.dataset as pads
 import pytest
 
 from jobs import cli
-from jobs.common import store, versions
-from jobs.common.records import MaterializeRecord
+from jobs.common import ledger, store, versions
+from jobs.common.records import MaterializeRecord, StoreRecord
 from jobs.common.storage import Storage
 from jobs.dev import store_server
 from jobs.serving.reader import FeedError, FeedReader
 from jobs.serving.store_reader import StoreReader
-from jobs.stages import store_load
+from jobs.stages import runner, store_load
 from support.workloads import LAST, K, build
 
 
@@ -53,7 +54,10 @@ def test_a_loaded_day_serves_every_consumer_the_parquet_readers_feed(
     s = dataclasses.replace(built_copy, store=url, store_grace_seconds=0)
     wh = Storage.at(s.warehouse)
     build(spark, s, [LAST], ("validate", "publish"))
-    first = store_load.load(spark, s, LAST, wh)
+    first = runner.run_stage("store", s, LAST, spark, wh=wh)  # as feedpipe store load runs it
+    assert ledger.read_record(wh, LAST, "store") == first and first.inputs == sorted(
+        store_load.LOADED
+    )
     ids = [*published_consumers(s.warehouse), "nobody-at-all"]
     assert len(ids) > 100
     want = FeedReader(s.warehouse, LAST).answer(ids, K)
@@ -97,6 +101,13 @@ def test_a_loaded_day_serves_every_consumer_the_parquet_readers_feed(
     assert only["state"] == "served" and only["keys"] == len(
         generation_keys(url, second.generation)
     )
+
+    # a backfill republishes an earlier day: the store keeps serving the newer one
+    earlier = LAST - dt.timedelta(days=1)
+    build(spark, views, [earlier], ("validate", "publish", "store"))
+    skipped = ledger.read_record(wh, earlier, "store")
+    assert isinstance(skipped, StoreRecord) and skipped.skipped == str(LAST)
+    assert store.served(store.connect(url)).generation == second.generation
 
 
 def test_a_killed_load_is_never_read_and_the_next_load_removes_it(spark, built_copy, url):

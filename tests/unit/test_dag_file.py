@@ -8,7 +8,7 @@ import itertools
 from pathlib import Path
 
 from jobs.common.config import STRATEGIES
-from jobs.common.pipeline import STAGES, TASK_IDS, WAIT_TASK_ID
+from jobs.common.pipeline import DAY_STAGES, TASK_IDS, WAIT_TASK_ID
 from jobs.dev.local_airflow import REPO
 
 
@@ -19,7 +19,8 @@ def load_dag():
     return module.dag
 
 
-def test_dag_structure():
+def test_dag_structure(monkeypatch):
+    monkeypatch.delenv("FEEDPIPE_STORE", raising=False)
     dag = load_dag()
     assert dag.dag_id == "feeds_daily"
     order = [
@@ -46,6 +47,17 @@ def test_dag_structure():
     assert all(t.depends_on_past for t in dag.tasks)
 
     assert Path(ingest.application).name == "__main__.py"
+
+
+def test_a_configured_store_adds_its_load_after_publish(monkeypatch):
+    monkeypatch.setenv("FEEDPIPE_STORE", "redis://store.example:6379/0")
+    dag = load_dag()
+    assert [t.task_id for t in dag.topological_sort()][-2:] == ["publish_day", "load_store"]
+    load = dag.get_task("load_store")
+    assert load.upstream_task_ids == {"publish_day"}
+    assert load.application_args == ["store", "load", "--ds", "{{ ds }}"]
+    assert load.retries == 2  # an unreachable store may come back
+    assert dag.get_task("publish_day").downstream_task_ids == {"load_store"}
 
 
 def test_spark_submit_takes_the_workers_address_and_s3a_jars_from_its_environment(monkeypatch):
@@ -80,10 +92,11 @@ def test_spark_submit_maps_the_class_archive_when_there_is_one(monkeypatch):
     }
 
 
-def test_the_tasks_are_the_pipelines_stages_in_order():
+def test_the_tasks_are_the_pipelines_stages_in_order(monkeypatch):
+    monkeypatch.delenv("FEEDPIPE_STORE", raising=False)
     assert [t.task_id for t in load_dag().topological_sort()] == [
         WAIT_TASK_ID,
-        *(TASK_IDS[s] for s in STAGES),
+        *(TASK_IDS[s] for s in DAY_STAGES),
     ]
 
 

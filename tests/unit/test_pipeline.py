@@ -9,12 +9,23 @@ import pytest
 
 from jobs import cli
 from jobs.common import versions
-from jobs.common.pipeline import REGISTRY, STAGES, TASK_IDS, lineage, stage, stages_from
+from jobs.common.pipeline import (
+    DAY_STAGES,
+    REGISTRY,
+    SPARK_STAGES,
+    STAGES,
+    TASK_IDS,
+    lineage,
+    stage,
+    stages_from,
+)
 from jobs.common.tables import PUBLISHED_TABLES, contract_of
 
 
 def test_each_stage_declared_once_with_tables_that_have_contracts():
-    assert STAGES == ("ingest", "rates", "plan", "materialize", "validate", "publish")
+    assert STAGES == ("ingest", "rates", "plan", "materialize", "validate", "publish", "store")
+    assert DAY_STAGES == STAGES[:-1] and SPARK_STAGES == DAY_STAGES[:-1]
+    assert [s.name for s in REGISTRY if s.needs] == ["store"]  # only with a store configured
     assert len(set(TASK_IDS.values())) == len(STAGES)
     for s in REGISTRY:
         for key in (*s.reads, *s.earlier, *s.writes):
@@ -51,14 +62,30 @@ def test_each_stage_declared_once_with_tables_that_have_contracts():
 def test_unknown_stage_and_the_order_of_what_a_rerun_makes_stale():
     with pytest.raises(ValueError, match="unknown stage 'nope'; stages: ingest, rates"):
         stage("nope")
-    assert stages_from("materialize") == ("materialize", "validate", "publish")
+    assert stages_from("materialize") == ("materialize", "validate", "publish", "store")
 
 
 def test_the_command_line_offers_each_stage_its_options():
     parser = cli.build_parser()
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert verbs.choices["store"].description.startswith("Load published days")
     for s in REGISTRY:
+        if s.command:  # feedpipe store load
+            assert s.command[0] in verbs.choices
+            continue
         sub = verbs.choices[s.name]
         flags = {o for a in sub._actions for o in a.option_strings}
         assert ("--full-refresh" in flags) == ("full_refresh" in s.options), s.name
         assert sub.description == s.description[0].upper() + s.description[1:]
+
+
+def test_a_day_runs_the_store_stage_only_with_a_store_configured():
+    from jobs.common.config import Settings
+    from jobs.stages.runner import chosen_stages
+
+    names = [s.name for s in chosen_stages(Settings())]
+    assert names == ["ingest", "rates", "plan", "materialize", "validate", "publish"]
+    served = Settings(store="redis://127.0.0.1:6379/0")
+    assert [s.name for s in chosen_stages(served)] == [*names, "store"]
+    # named, it runs either way (and refuses in one line without a store)
+    assert [s.name for s in chosen_stages(Settings(), ("publish", "store"))] == ["publish", "store"]
