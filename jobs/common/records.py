@@ -198,6 +198,8 @@ class StoreRecord(StageRecord):
     load_seconds: float | None = None
     caught_up: int = 0
     """Events added live since the day ended, added to the new generation before the switch."""
+    written: dict[str, int] = {}
+    """Rows written of each table (``streams``, ``consumer feeds``, ...)."""
     retired: list[str] = []
     skipped: str = ""
     """The newer day the store served instead, when this day was not loaded."""

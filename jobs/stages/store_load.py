@@ -7,12 +7,13 @@ k), each consumer's materialized feed (``feeds/consumer_feed``) and each shared 
 (``feeds/view_feed``), each consumer's sources (``plan/consumer_sources``) and each producer's
 push targets (the pushed edges of ``plan/edge_plan`` and the views of ``plan/view_members``).
 Every Spark task writes the rows it holds, in pipelined batches over its own connection, so
-the load grows with the cluster, not the driver. Only when every table is written, and the
-events added live since the day ended are added too (``jobs.common.live``), does one ``SET``
-of the served pointer switch readers to the new generation; a load that fails or is
-killed before it leaves the served day as it was (its partial generation is never read, and
-the next load removes it). Generations replaced more than ``store_grace_seconds`` ago are
-removed after a switch.
+the load grows with the cluster, not the driver (``mapInArrow``: each task returns one status
+row, and a store lost mid-load is one line from the driver). Only when every table is
+written, and the events added live since the day ended are added too (``jobs.common.live``),
+does one ``SET`` of the served pointer switch readers to the new generation; a load that
+fails or is killed before it leaves the served day as it was (its partial generation is
+never read, and the next load removes it). Generations replaced more than
+``store_grace_seconds`` ago are removed after a switch.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from jobs.common import live, store, versions
-from jobs.common.config import Settings
+from jobs.common.config import Settings, redact
 from jobs.common.dates import feed_time
 from jobs.common.pipeline import stage
 from jobs.common.records import MaterializeRecord, StoreRecord
@@ -32,7 +33,8 @@ from jobs.common.storage import Storage
 from jobs.common.tables import contract_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row, SparkSession
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -48,45 +50,62 @@ class LoadRefused(store.StoreError):
     does not serve)."""
 
 
-def _rows_writer(
-    url: str, password: str, write: Callable[[Any, Row], None]
-) -> Callable[[Iterator[Row]], None]:
-    """A ``foreachPartition`` function: its task's rows through ``write`` on one connection,
-    pipelined :data:`BATCH` at a time (``url`` and ``password`` travel with the closure)."""
+STATUS = "rows long, error string"
+"""What each loading task returns: the rows it wrote, and the store's error if it failed."""
 
-    def run(rows: Iterator[Row]) -> None:
+
+def _rows_writer(
+    url: str, password: str, write: Callable[[Any, dict[str, Any]], None]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: its task's rows through ``write`` on one connection,
+    pipelined :data:`BATCH` at a time (``url`` and ``password`` travel with the closure). It
+    returns one row, the rows written and the store's error (the first line): a store lost
+    mid-load is reported by the driver in one line, not as a failed task's traceback."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import redis
+
         env = {"FEEDPIPE_STORE_PASSWORD": password} if password else {}
-        client = store.connect(url, environ=env)
-        pipe = client.pipeline(transaction=False)
-        n = 0
-        for row in rows:
-            write(pipe, row)
-            n += 1
-            if n % BATCH == 0:
-                pipe.execute()
-        pipe.execute()
-        client.close()
+        n, error = 0, None
+        try:
+            client = store.connect(url, environ=env)
+            pipe = client.pipeline(transaction=False)
+            for batch in batches:
+                for row in batch.to_pylist():
+                    write(pipe, row)
+                    n += 1
+                    if n % BATCH == 0:
+                        pipe.execute()
+            pipe.execute()
+            client.close()
+        except (redis.RedisError, store.StoreError) as exc:
+            error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        yield pa.RecordBatch.from_pylist(
+            [{"rows": n, "error": error}],
+            schema=pa.schema([("rows", pa.int64()), ("error", pa.string())]),
+        )
 
     return run
 
 
 def _feed_writer(
     key: Callable[[str], str], owner: str, producer: str
-) -> Callable[[Any, Row], None]:
+) -> Callable[[Any, dict[str, Any]], None]:
     """ZADD of one feed row: ``owner``'s feed gets the member of (event, ``producer``)."""
 
-    def write(pipe: Any, row: Row) -> None:
+    def write(pipe: Any, row: dict[str, Any]) -> None:
         item = store.member(row["event_id"], row[producer])
         pipe.zadd(key(row[owner]), {item: store.score(row["created_at"])})
 
     return write
 
 
-def _source_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
+def _source_writer(keys: store.Keys) -> Callable[[Any, dict[str, Any]], None]:
     """RPUSH of one source of a consumer: ``p:<producer>``, ``v:<view>`` or ``c`` (its own
     materialized feed)."""
 
-    def write(pipe: Any, row: Row) -> None:
+    def write(pipe: Any, row: dict[str, Any]) -> None:
         kind = row["source_type"]
         source = {"producer": "p:", "view": "v:"}.get(kind)
         value = f"{source}{row['source_id']}" if source else "c"
@@ -95,19 +114,19 @@ def _source_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
     return write
 
 
-def _topic_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
+def _topic_writer(keys: store.Keys) -> Callable[[Any, dict[str, Any]], None]:
     """HSET of one topic definition in force (live events are matched against it)."""
 
-    def write(pipe: Any, row: Row) -> None:
+    def write(pipe: Any, row: dict[str, Any]) -> None:
         pipe.hset(keys.topics(), row["topic_id"], row["predicate"])
 
     return write
 
 
-def _target_writer(keys: store.Keys) -> Callable[[Any, Row], None]:
+def _target_writer(keys: store.Keys) -> Callable[[Any, dict[str, Any]], None]:
     """SADD of one push target of a producer (a consumer or a view)."""
 
-    def write(pipe: Any, row: Row) -> None:
+    def write(pipe: Any, row: dict[str, Any]) -> None:
         pipe.sadd(keys.targets(row["producer_id"]), row["target"])
 
     return write
@@ -149,6 +168,32 @@ def writes(keys: store.Keys, frames: dict[str, DataFrame]) -> Iterable[tuple[str
         targets(frames["plan/edge_plan"], frames["plan/view_members"]),
         _target_writer(keys),
     )
+
+
+def write_generation(
+    url: str, client: Any, new: store.ServedDay, frames: dict[str, DataFrame]
+) -> dict[str, int]:
+    """Every table into ``new``'s generation, each from the Spark tasks that hold its rows
+    (each task returns one status row: the driver collects one row per table); returns the
+    rows written of each."""
+    from pyspark.sql import functions as F
+
+    password = client.connection_pool.connection_kwargs.get("password") or ""
+    written: dict[str, int] = {}
+    for name, frame, write in writes(new.keys, frames):
+        status = frame.mapInArrow(_rows_writer(url, password, write), STATUS)
+        rows, error = status.agg(F.sum("rows"), F.first("error", ignorenulls=True)).first() or (
+            0,
+            None,
+        )
+        if error is not None:
+            raise store.StoreError(
+                f"the load of {new.ds} failed writing {name} to the feed store at "
+                f"{redact(url)}: {error}; the store still serves the day it served before"
+            )
+        written[name] = int(rows or 0)
+        log.info("store load %s: %s written (%d rows)", new.ds, name, written[name])
+    return written
 
 
 def served_day(ds: dt.date, day: versions.DayVersion) -> store.ServedDay:
@@ -215,8 +260,6 @@ def load(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> S
         log.warning("store load %s skipped: the store serves a newer day, %s", ds, current.ds)
         return StoreRecord(generation=current.generation, since=current.since, skipped=current.ds)
     new = served_day(ds, day)
-    store.begin(client, new)
-    started = time.monotonic()
     frames = {}
     for key in LOADED:
         parts = day.parts(key)
@@ -224,22 +267,37 @@ def load(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> S
             raise LoadRefused(f"{ds} has no published {key} in {wh.uri()}")
         versions.note_read(key, ds)
         frames[key] = spark.read.schema(contract_of(key).schema()).parquet(wh.spark_path(*parts))
-    password = client.connection_pool.connection_kwargs.get("password") or ""
-    for name, frame, write in writes(new.keys, frames):
-        frame.foreachPartition(_rows_writer(settings.store, password, write))
-        log.info("store load %s: %s written", ds, name)
-    # the events added live since the day ended (its tables hold the rest), before the switch
-    # and once more after it, for any added while the first catch-up ran
-    ended = feed_time(ds)
-    caught = live.catch_up(client, new, ended)
+    started = time.monotonic()
+    import redis
+
+    before = "the store still serves the day it served before"
+    try:
+        store.begin(client, new)
+        written = write_generation(settings.store, client, new, frames)
+        # the events added live since the day ended (its tables hold the rest), before the
+        # switch and once more after it, for any added while the first catch-up ran
+        ended = feed_time(ds)
+        caught = live.catch_up(client, new, ended)
+    except redis.RedisError as exc:
+        where = redact(settings.store)
+        raise store.StoreError(
+            f"the load of {ds} lost the feed store at {where}: {exc}; {before}"
+        ) from None
     served = store.switch(client, new)
-    caught = max(caught, live.catch_up(client, served, ended))
-    live.forget_before(client, ended)
-    removed = retire(client, served, settings.store_grace_seconds)
+    try:
+        caught = max(caught, live.catch_up(client, served, ended))
+        live.forget_before(client, ended)
+        removed = retire(client, served, settings.store_grace_seconds)
+    except redis.RedisError as exc:
+        raise store.StoreError(
+            f"{ds} is served since {served.since}, then the feed store was lost: {exc}; "
+            "the next load removes what this one left"
+        ) from None
     return StoreRecord(
         generation=served.generation,
         since=served.since,
         caught_up=caught,
+        written=written,
         load_seconds=round(time.monotonic() - started, 2),
         retired=removed,
     )

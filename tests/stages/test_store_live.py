@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from jobs.common.storage import Storage
 from jobs.serving.store_reader import StoreReader
 from jobs.stages import store_load
 from support import naive
-from support.workloads import LAST, START, K, build
+from support.workloads import LAST, START, TOPIC_DATES, K, build
 
 D = LAST - dt.timedelta(days=1)
 
@@ -28,19 +29,34 @@ D = LAST - dt.timedelta(days=1)
 def oracle(
     landing: Path, ds: dt.date, added: list[live.LiveEvent], consumers: list[str]
 ) -> dict[str, list[str]]:
-    """The naive feeds (event ids) over the follow graph at the end of ``ds`` and the events
-    landed until ``ds`` plus ``added`` (pandas, from the landing files)."""
+    """The naive feeds (event ids) over the follow graph at the end of ``ds``, the events
+    landed until ``ds`` in their streams (``naive.streams``: their authors' and the topics
+    they matched) plus ``added``, each in its author's stream and in the stream of every topic
+    in force on ``ds`` whose predicate holds for it (term by term; pandas, from the landing
+    files)."""
+    from jobs.common.predicates import holds
+
     edges = naive.graph(landing, ds, START)
     wanted = set(consumers)
-    g = pd.DataFrame(sorted((c, p) for c, p in edges if c in wanted), columns=["c", "p"])
-    ev = naive.events(landing, ds, START)[["event_id", "producer_id", "created_at"]]
+    g = pd.DataFrame(sorted((c, p) for c, p in edges if c in wanted), columns=["c", "stream_id"])
+    ev = naive.streams(landing, ds, START)[["stream_id", "event_id", "producer_id", "created_at"]]
+    topics = naive.valid_topics(landing, ds, START)
     extra = pd.DataFrame(
-        [(e.event_id, e.producer_id, e.created_at) for e in added],
-        columns=["event_id", "producer_id", "created_at"],
+        [
+            (stream, e.event_id, e.producer_id, e.created_at)
+            for e in added
+            for stream in [
+                e.producer_id,
+                *(t for t, terms in topics.items() if e.attributes and holds(terms, e.attributes)),
+            ]
+        ],
+        columns=["stream_id", "event_id", "producer_id", "created_at"],
     )
-    ev = pd.concat([ev, extra.assign(created_at=pd.to_datetime(extra["created_at"], utc=True))])
-    ev = ev.drop_duplicates("event_id")
-    joined = g.merge(ev, left_on="p", right_on="producer_id")
+    if not extra.empty:
+        extra = extra.assign(created_at=pd.to_datetime(extra["created_at"], utc=True))
+        ev = pd.concat([ev, extra])
+    ev = ev.drop_duplicates(["stream_id", "event_id"])
+    joined = g.merge(ev, on="stream_id").drop_duplicates(["c", "event_id"])
     joined = joined.sort_values(["c", "created_at", "event_id"], ascending=[True, False, False])
     out: dict[str, list[str]] = {c: [] for c in consumers}
     for c, ids in joined.groupby("c", sort=False)["event_id"]:
@@ -60,9 +76,12 @@ def landed(landing: Path, ds: dt.date) -> list[live.LiveEvent]:
     def instant(value: object) -> object:  # as landed: ISO-8601 text or epoch seconds
         return value.isoformat() if isinstance(value, pd.Timestamp) else value
 
-    def payload(row: object) -> dict[str, str]:
+    def payload(row: object) -> dict[str, Any]:
         value = getattr(row, "payload", None)
-        return {"payload": value} if isinstance(value, str) and value else {}
+        attributes = naive.attributes(getattr(row, "attributes", None))
+        return ({"payload": value} if isinstance(value, str) and value else {}) | (
+            {"attributes": attributes} if attributes else {}
+        )
 
     lines = [
         json.dumps(
@@ -178,3 +197,33 @@ def test_a_malformed_event_line_adds_nothing_and_says_which(tmp_path, redis_serv
     assert e.created_at == dt.datetime(1970, 1, 2, tzinfo=dt.UTC)
     e = live.parse_event('{"event_id": "e", "producer_id": "p", "created_at": "2026-01-06T10:00"}')
     assert e.created_at == dt.datetime(2026, 1, 6, 10, tzinfo=dt.UTC)
+
+
+def test_live_events_reach_the_topics_they_match(spark, topics_copy, redis_server):
+    """The topic days (support.workloads.topics_workload): the second day served, the third
+    day's events (with their attributes) added live; every sampled consumer, among them every
+    follower of a topic, gets the naive feed over the second day's graph and the topic
+    definitions in force on it, the live events matched term by term."""
+    client = store.connect(redis_server.url)
+    client.flushdb()
+    s = dataclasses.replace(topics_copy, store=redis_server.url)
+    landing = Path(s.landing)
+    served, arriving_on = TOPIC_DATES[-2], TOPIC_DATES[-1]
+    build(spark, s, [served], ("validate", "publish", "store"))
+    defined = client.hgetall(store.served(client).keys.topics())
+    assert {t.decode() for t in defined} == set(naive.valid_topics(landing, served, START))
+    topics = set(naive.valid_topics(landing, served, START))
+    edges = naive.graph(landing, served, START)
+    followers = sorted({c for c, p in edges if p in topics})
+    everyone = sorted({c for c, _ in edges})
+    sample = sorted(set(followers[:200]) | set(random.Random(7).sample(everyone, 100)))
+    assert from_store(redis_server.url, sample) == oracle(landing, served, [], sample)
+
+    arriving = sorted(landed(landing, arriving_on), key=lambda e: (e.created_at, e.event_id))
+    assert sum(1 for e in arriving if e.attributes) > 50
+    result = live.add_events(client, arriving)
+    assert result.insertions > 0
+    expected = oracle(landing, served, arriving, sample)
+    matched = {e.event_id for e in arriving if e.attributes}
+    assert any(set(expected[c]) & matched for c in followers[:200]), "no topic event in a feed"
+    assert from_store(redis_server.url, sample) == expected

@@ -9,7 +9,6 @@ import dataclasses
 import datetime as dt
 import json
 
-import pyarrow.dataset as pads
 import pytest
 
 from jobs import cli
@@ -20,24 +19,13 @@ from jobs.dev import store_server
 from jobs.serving.reader import FeedError, FeedReader
 from jobs.serving.store_reader import StoreReader
 from jobs.stages import runner, store_load
-from support.workloads import LAST, K, build
+from support.workloads import LAST, K, build, published_consumers
 
 
 @pytest.fixture()
 def url(redis_server):
     store.connect(redis_server.url).flushdb()
     return redis_server.url
-
-
-def published_consumers(warehouse: str) -> list[str]:
-    """Every consumer of the published day, from its consumer_sources files (pyarrow)."""
-    wh = Storage.at(warehouse)
-    day = versions.published(wh, LAST)
-    assert day is not None
-    parts = day.parts("plan/consumer_sources")
-    assert parts is not None
-    ids = pads.dataset(wh.path(*parts)).to_table(columns=["consumer_id"])["consumer_id"]
-    return sorted(set(ids.to_pylist()))
 
 
 def as_json(answer) -> dict[str, list[dict]]:
@@ -58,7 +46,7 @@ def test_a_loaded_day_serves_every_consumer_the_parquet_readers_feed(
     assert ledger.read_record(wh, LAST, "store") == first and first.inputs == sorted(
         store_load.LOADED
     )
-    ids = [*published_consumers(s.warehouse), "nobody-at-all"]
+    ids = [*published_consumers(s.warehouse, LAST), "nobody-at-all"]
     assert len(ids) > 100
     want = FeedReader(s.warehouse, LAST).answer(ids, K)
     reader = StoreReader(url, s.warehouse)
@@ -115,7 +103,7 @@ def test_a_killed_load_is_never_read_and_the_next_load_removes_it(spark, built_c
     wh = Storage.at(s.warehouse)
     build(spark, s, [LAST], ("validate", "publish"))
     served = store_load.load(spark, s, LAST, wh)
-    ids = published_consumers(s.warehouse)[:200]
+    ids = published_consumers(s.warehouse, LAST)[:200]
     before = as_json(StoreReader(url).answer(ids, K))
     client = store.connect(url)
     # a load killed half-way: its generation begun, some of its keys written, no switch

@@ -57,7 +57,7 @@ def graph(landing: Path, ds: dt.date, start: dt.date) -> set[tuple[str, str]]:
     return {(c, p) for c, p in edges if c != p}
 
 
-def _attributes(value: object) -> dict[str, str]:
+def attributes(value: object) -> dict[str, str]:
     """An event's attributes as landed: a Parquet map (pairs), JSON text, or none."""
     if value is None or (isinstance(value, float) and pd.isna(value)) or value == "":
         return {}
@@ -87,7 +87,7 @@ def events(
                 cols.append("payload")
             if with_day:
                 raw = df["attributes"] if "attributes" in df.columns else [None] * len(df)
-                df = df.assign(attributes=[_attributes(v) for v in raw])
+                df = df.assign(attributes=[attributes(v) for v in raw])
                 cols.append("attributes")
             frames.append(df[cols].assign(_day=day))
         day += dt.timedelta(days=1)

@@ -49,18 +49,23 @@ class Poller(threading.Thread):
         self.stop = threading.Event()
         self.done = threading.Condition()
 
-    def run(self) -> None:
+    def read_once(self) -> tuple[dict[str, list[str]], tuple[tuple[str, str], ...]]:
+        """One read: the feeds' event ids, and the version they came from (the published
+        version's run folders, after any resolving again mid-read)."""
         from jobs.serving.reader import FeedReader
 
+        reader = FeedReader(self.warehouse, self.ds)
+        got = reader.feeds(self.consumers, self.k)
+        ids = {c: [i.event_id for i in f] for c, f in got.items()}
+        return ids, tuple(sorted(reader.version.folders.items()))
+
+    def run(self) -> None:
         while not self.stop.is_set():
             started = time.monotonic()
             try:
-                reader = FeedReader(self.warehouse, self.ds)
-                got = reader.feeds(self.consumers, self.k)
-                ids = {c: [i.event_id for i in f] for c, f in got.items()}
+                ids, version = self.read_once()
                 name = next((n for n, e in self.expected.items() if e == ids), "mixed")
-                # the version the feeds came from (after any resolving again mid-read)
-                read = Read(name, tuple(sorted(reader.version.folders.items())), started)
+                read = Read(name, version, started)
             except Exception as exc:
                 read = Read(f"error: {exc}", (), started)
             with self.done:
@@ -96,3 +101,23 @@ def phases(values: Iterable[Hashable]) -> list[Hashable]:
     """``values`` with each run of equal neighbours collapsed into one: the versions the
     reads returned, in the order they returned them."""
     return [v for v, _ in itertools.groupby(values)]
+
+
+class StorePoller(Poller):
+    """Reads ``consumers``' feeds from the feed store at ``url`` over and over, through one
+    reader kept open as a service keeps it; a read's version is the generation it read."""
+
+    def __init__(self, url: str, expected: dict[str, dict[str, list[str]]], k: int, **kw):
+        super().__init__("", dt.date.min, expected, k, **kw)
+        self.url = url
+        self.reader: object | None = None
+
+    def read_once(self) -> tuple[dict[str, list[str]], tuple[tuple[str, str], ...]]:
+        from jobs.serving.store_reader import StoreReader
+
+        if self.reader is None:
+            self.reader = StoreReader(self.url)
+        assert isinstance(self.reader, StoreReader)
+        answer = self.reader.answer(self.consumers, self.k)
+        ids = {c: [i.event_id for i in f] for c, f in answer.feeds.items()}
+        return ids, (("generation", self.reader.day.generation),)

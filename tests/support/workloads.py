@@ -211,3 +211,19 @@ def topics_workload(landing: Path) -> Path:
     )
     again.to_csv(day3 / "part-00000.csv", index=False)
     return landing
+
+
+def published_consumers(warehouse: str, ds: dt.date) -> list[str]:
+    """Every consumer of published day ``ds``, from its consumer_sources files (pyarrow)."""
+    import pyarrow.dataset as pads
+
+    from jobs.common import versions
+    from jobs.common.storage import Storage
+
+    wh = Storage.at(warehouse)
+    day = versions.published(wh, ds)
+    assert day is not None, f"{ds} is not published"
+    parts = day.parts("plan/consumer_sources")
+    assert parts is not None
+    ids = pads.dataset(wh.path(*parts)).to_table(columns=["consumer_id"])["consumer_id"]
+    return sorted(set(ids.to_pylist()))
