@@ -15,8 +15,10 @@ from support.workloads import OTHER_SERVED
 
 
 @pytest.mark.parametrize("strategy", OTHER_SERVED)
-def test_assembled_feed_equals_the_naive_answer(spark, churn_landing, built_copy, strategy):
-    check_plan_feeds(spark, churn_landing, built_copy, strategy)
+def test_assembled_feed_equals_the_naive_answer(
+    spark, churn_landing, built_copy, redis_server, strategy
+):
+    check_plan_feeds(spark, churn_landing, built_copy, strategy, redis_server.url)
 
 
 @pytest.mark.parametrize("strategy", OTHER_SERVED)

@@ -5,7 +5,8 @@ The feeds (``support.strategies.check_plan_feeds``): the last churn day is plann
 strategy alone and materialized from the previous day's FF-PerPair state (so edges move
 between push and pull), and every consumer's assembled feed equals the naive answer computed
 from the landing files alone (``support.naive``), under global and, where the strategy offers
-it, per-producer coherency. Here for the default strategies' two kinds of plan
+it, per-producer coherency; under global coherency, so does every consumer's feed read from
+the feed store once the day is published and loaded into it. Here for the default strategies' two kinds of plan
 (``support.workloads.STAGE_TIER``); every other strategy in tests/e2e/test_strategies.py.
 """
 
@@ -19,8 +20,10 @@ from support.workloads import LAST, STAGE_TIER, table_rows
 
 
 @pytest.mark.parametrize("strategy", STAGE_TIER)
-def test_assembled_feed_equals_the_naive_answer(spark, churn_landing, built_copy, strategy):
-    check_plan_feeds(spark, churn_landing, built_copy, strategy)
+def test_assembled_feed_equals_the_naive_answer(
+    spark, churn_landing, built_copy, redis_server, strategy
+):
+    check_plan_feeds(spark, churn_landing, built_copy, strategy, redis_server.url)
 
 
 def test_plan_cost_carries_a_bound_no_strategy_goes_below(spark, built):

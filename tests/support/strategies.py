@@ -40,10 +40,14 @@ def naive_feeds(landing: str, coherency: str) -> dict[str, list[str]]:
     return naive.feeds_per_producer(Path(landing), LAST, START, K, K_P, HOURS)
 
 
-def check_plan_feeds(spark, churn_landing: Path, built_copy: Settings, strategy: str) -> None:
+def check_plan_feeds(
+    spark, churn_landing: Path, built_copy: Settings, strategy: str, store_url: str
+) -> None:
     """The churn days' last day planned with ``strategy`` alone and materialized from the
     previous day's FF-PerPair state (so edges move between push and pull): every consumer's
-    assembled feed equals the naive answer; then, where the strategy offers per-producer
+    assembled feed equals the naive answer, and so does every consumer's feed from the feed
+    store at ``store_url`` once the day is published and loaded into it (emptied first); then,
+    where the strategy offers per-producer
     coherency, the same plan materialized under it (a full rebuild: the previous day's feeds
     were made under global coherency) equals the naive k,t-diverse answer. The plan's edges
     are of the kinds the strategy makes."""
@@ -64,6 +68,8 @@ def check_plan_feeds(spark, churn_landing: Path, built_copy: Settings, strategy:
             f"{coherency}: {len(mismatched)} of {len(consumers)} feeds differ, "
             f"e.g. {mismatched[:3]}"
         )
+        if coherency == "global":
+            check_store_feeds(spark, dataclasses.replace(m, store=store_url), expected)
     plan = edge_modes(spark, s, ds)
     pulled_consumers = {c for (c, _), m in plan.items() if m == "pull"}
     if strategy == "pull-all":
@@ -96,6 +102,23 @@ def check_plan_feeds(spark, churn_landing: Path, built_copy: Settings, strategy:
         assert set(plan.values()) == {"push", "pull"}
     (row,) = table_rows(spark, s, "plan", "plan_cost", ds)
     assert row[:2] == (strategy, True)  # one row, for the one strategy computed, served
+
+
+def check_store_feeds(spark, s: Settings, expected: dict[str, list[str]]) -> None:
+    """The last day validated, published and loaded into the (emptied) store ``s.store``:
+    every consumer's feed read from the store is the naive one."""
+    from jobs.common import store
+    from jobs.serving.store_reader import StoreReader
+
+    store.connect(s.store).flushdb()
+    for stage in ("validate", "publish", "store"):
+        runner.run_stage(stage, s, LAST, spark)
+    consumers = sorted(expected)
+    got = StoreReader(s.store).feeds([*consumers, "nobody-follows-nothing"], K)
+    assert got.pop("nobody-follows-nothing") == []
+    ids = {c: [it.event_id for it in f] for c, f in got.items()}
+    mismatched = [c for c in consumers if ids[c] != expected[c]]
+    assert not mismatched, f"store: {len(mismatched)} of {len(consumers)} feeds differ"
 
 
 @functools.cache
