@@ -22,7 +22,6 @@ from jobs.serving.reader import (
     FeedError,
     FeedItem,
     FeedReader,
-    merge_latest,
     with_contents,
 )
 
@@ -34,6 +33,8 @@ class StoreReader:
     def __init__(self, url: str, warehouse: str | None = None):
         self.url = url
         self.client = store.connect(url)
+        # feeds come back as the server sends them (:func:`_newest`)
+        self.client.set_response_callback("ZREVRANGE", _as_sent)
         self.warehouse = warehouse
         self.day = self._served()
 
@@ -63,7 +64,7 @@ class StoreReader:
             pipe.get(store.SERVED)
             for c in consumers:
                 pipe.lrange(keys.sources(c), 0, -1)
-                pipe.zrevrange(keys.consumer_feed(c), 0, k - 1, withscores=True)
+                _newest(pipe, keys.consumer_feed(c), k)
             out = pipe.execute()
             now = store.ServedDay.from_json(out[0]) if out[0] is not None else None
             if now is None:
@@ -84,26 +85,24 @@ class StoreReader:
         asked = list(dict.fromkeys(consumers))
         day, rows = self._lookup(asked, limit)
         keys = day.keys
-        items: dict[str, list[FeedItem]] = {}
+        own: dict[str, list[tuple[bytes, float]]] = {}
         reads: dict[str, list[str]] = {}
         for i, c in enumerate(asked):
-            sources, own = rows[2 * i], rows[2 * i + 1]
-            reads[c] = [s.decode() for s in sources]
-            items[c] = [_item(m, s) for m, s in own]
+            reads[c] = [s.decode() for s in rows[2 * i]]
+            own[c] = _pairs(rows[2 * i + 1])
         wanted = sorted({s for ss in reads.values() for s in ss if s != "c"})
-        pipe = self.client.pipeline(transaction=False)
-        for s in wanted:
-            kind, name = s.split(":", 1)
-            key = keys.stream(name) if kind == "p" else keys.view_feed(name)
-            pipe.zrevrange(key, 0, limit - 1, withscores=True)
-        latest = {
-            s: [_item(m, score) for m, score in got]
-            for s, got in zip(wanted, pipe.execute(), strict=True)
-        }
+        latest: dict[str, list[tuple[bytes, float]]] = {}
+        if wanted:
+            pipe = self.client.pipeline(transaction=False)
+            for s in wanted:
+                kind, name = s.split(":", 1)
+                key = keys.stream(name) if kind == "p" else keys.view_feed(name)
+                _newest(pipe, key, limit)
+            latest = {s: _pairs(got) for s, got in zip(wanted, pipe.execute(), strict=True)}
         feeds = {}
         for c in asked:
-            merged = items[c] + [it for s in reads[c] if s != "c" for it in latest[s]]
-            feeds[c] = merge_latest(merged, limit)
+            merged = own[c] + [it for s in reads[c] if s != "c" for it in latest[s]]
+            feeds[c] = _latest(merged, limit)
         unknown = tuple(c for c in asked if not reads[c])
         if with_payload:
             feeds = self._with_content(feeds)
@@ -124,6 +123,45 @@ class StoreReader:
         added = live.logged(self.client, sorted(ids - set(found)))
         found.update({i: Content(e.payload, dict(e.attributes)) for i, e in added.items()})
         return with_contents(feeds, found, "the store's feeds")
+
+
+def _as_sent(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _newest(pipe: Any, key: str, k: int) -> None:
+    """The newest ``k`` items of a feed, with their scores, as the server sends them (a flat
+    list, member then score: no per-item conversion by the client; :func:`_pairs` reads it)."""
+    pipe.execute_command("ZREVRANGE", key, 0, k - 1, "WITHSCORES")
+
+
+def _pairs(reply: list[Any]) -> list[tuple[bytes, float]]:
+    """(member, score) pairs of a :func:`_newest` reply: pairs under RESP3, a flat list
+    under RESP2 (scores are whole microseconds)."""
+    if reply and not isinstance(reply[0], bytes):
+        return [(m, int(score)) for m, score in reply]
+    return [(reply[i], int(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def _latest(raw: list[tuple[bytes, float]], k: int) -> list[FeedItem]:
+    """:func:`jobs.serving.reader.merge_latest` on the store's (member, score) pairs: newest
+    first (score, then event id, descending: UTF-8 bytes order as the ids' text does), one per
+    event id, at most ``k``; only the items kept are decoded."""
+    out: list[FeedItem] = []
+    seen: set[bytes] = set()
+
+    def newest(pair: tuple[bytes, float]) -> tuple[float, bytes]:
+        return pair[1], pair[0].split(store.SEP, 1)[0]
+
+    for member, score in sorted(raw, key=newest, reverse=True):
+        event_id = member.split(store.SEP, 1)[0]
+        if event_id in seen:
+            continue
+        seen.add(event_id)
+        out.append(_item(member, score))
+        if len(out) == k:
+            break
+    return out
 
 
 def _item(raw: bytes, score: float) -> FeedItem:
