@@ -90,6 +90,7 @@ VERB_SETTINGS: dict[str, tuple[str, ...]] = {
     "catalog": ("warehouse", "spark_master", "spark_remote"),
     "report": ("warehouse",),
     "store": ("warehouse", "store", "spark_master", "spark_remote"),
+    "calibrate": ("store",),
 }
 """The settings each verb reads, when not all of them: a verb offers only their flags (none,
 and no ``--config``, for the verbs that read no settings)."""
@@ -523,6 +524,29 @@ def _add_store(verbs: Verbs) -> None:
     )
 
 
+def _add_calibrate(verbs: Verbs) -> None:
+    cal = verbs.add(
+        "calibrate",
+        "measure the cost model's H and L on the feed store (push-only and pull-only "
+        "workloads, linear regression) and print the settings to use",
+        cmd_calibrate,
+    )
+    cal.add_argument(
+        "--repetitions", type=int, default=3, metavar="N", help="fits of each (default 3)"
+    )
+    cal.add_argument(
+        "--largest",
+        type=int,
+        default=20_000,
+        metavar="N",
+        help="operations of the largest of the ten workload sizes (default 20000)",
+    )
+    cal.add_argument(
+        "--write", metavar="FILE", help="also set push_cost and pull_cost in this TOML file"
+    )
+    cal.add_argument("--json", action="store_true", help="print the measurements as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="feedpipe",
@@ -531,7 +555,9 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = Verbs(parser)
     for add in (_add_generate, _add_import, _add_pipeline, _add_feed, _add_tables):
         add(verbs)
-    for add in (_add_catalog, _add_evaluate, _add_report, _add_store, _add_service):
+    for add in (_add_catalog, _add_evaluate, _add_report, _add_store, _add_calibrate):
+        add(verbs)
+    for add in (_add_service,):
         add(verbs)
     return parser
 
@@ -692,6 +718,24 @@ def cmd_store(args: argparse.Namespace, settings: Settings) -> int:
 
     ds = args.ds if args.ds is not None else published.latest_day(settings.warehouse)
     print(runner.run_stage("store", settings, ds).to_json())
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from jobs.evaluation import calibrate
+
+    if not settings.store:
+        raise ConfigError("no feed store configured: pass --store URL or set FEEDPIPE_STORE")
+    if args.repetitions < 2 or args.largest < 100:
+        raise UsageError("--repetitions must be at least 2 and --largest at least 100")
+    sizes = tuple(max(1, args.largest * i // 10) for i in range(1, 11))
+    done = calibrate.calibrate(settings.store, sizes, args.repetitions)
+    print(json.dumps(done.as_dict(), indent=2) if args.json else calibrate.report(done))
+    if args.write:
+        calibrate.write_settings(Path(args.write), done.settings())
+        print(f"written to {args.write}", file=sys.stderr)
     return 0
 
 

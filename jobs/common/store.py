@@ -243,3 +243,19 @@ def status(client: redis.Redis) -> dict[str, Any]:
         "used_memory_bytes": int(memory["used_memory"]),
         "server": client.info("server").get("redis_version"),
     }
+
+
+def remove_generation(client: Any, generation: str) -> int:
+    """Delete every key of a generation (``SCAN`` + ``UNLINK``, a batch at a time); returns
+    how many."""
+    removed = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=Keys(generation).pattern(), count=1000):
+        batch.append(key)
+        if len(batch) == 1000:
+            removed += client.unlink(*batch)
+            batch = []
+    if batch:
+        removed += client.unlink(*batch)
+    client.hdel(GENERATIONS, generation)
+    return removed

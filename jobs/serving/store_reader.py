@@ -32,9 +32,7 @@ class StoreReader:
 
     def __init__(self, url: str, warehouse: str | None = None):
         self.url = url
-        self.client = store.connect(url)
-        # feeds come back as the server sends them (:func:`_newest`)
-        self.client.set_response_callback("ZREVRANGE", _as_sent)
+        self.client = for_reads(store.connect(url))
         self.warehouse = warehouse
         self.day = self._served()
 
@@ -62,9 +60,7 @@ class StoreReader:
             keys = self.day.keys
             pipe = self.client.pipeline(transaction=False)
             pipe.get(store.SERVED)
-            for c in consumers:
-                pipe.lrange(keys.sources(c), 0, -1)
-                _newest(pipe, keys.consumer_feed(c), k)
+            first_trip(pipe, keys, consumers, k)
             out = pipe.execute()
             now = store.ServedDay.from_json(out[0]) if out[0] is not None else None
             if now is None:
@@ -84,25 +80,7 @@ class StoreReader:
             )
         asked = list(dict.fromkeys(consumers))
         day, rows = self._lookup(asked, limit)
-        keys = day.keys
-        own: dict[str, list[tuple[bytes, float]]] = {}
-        reads: dict[str, list[str]] = {}
-        for i, c in enumerate(asked):
-            reads[c] = [s.decode() for s in rows[2 * i]]
-            own[c] = _pairs(rows[2 * i + 1])
-        wanted = sorted({s for ss in reads.values() for s in ss if s != "c"})
-        latest: dict[str, list[tuple[bytes, float]]] = {}
-        if wanted:
-            pipe = self.client.pipeline(transaction=False)
-            for s in wanted:
-                kind, name = s.split(":", 1)
-                key = keys.stream(name) if kind == "p" else keys.view_feed(name)
-                _newest(pipe, key, limit)
-            latest = {s: _pairs(got) for s, got in zip(wanted, pipe.execute(), strict=True)}
-        feeds = {}
-        for c in asked:
-            merged = own[c] + [it for s in reads[c] if s != "c" for it in latest[s]]
-            feeds[c] = _latest(merged, limit)
+        feeds, reads = second_trip(self.client, day.keys, asked, rows, limit)
         unknown = tuple(c for c in asked if not reads[c])
         if with_payload:
             feeds = self._with_content(feeds)
@@ -123,6 +101,47 @@ class StoreReader:
         added = live.logged(self.client, sorted(ids - set(found)))
         found.update({i: Content(e.payload, dict(e.attributes)) for i, e in added.items()})
         return with_contents(feeds, found, "the store's feeds")
+
+
+def for_reads(client: Any) -> Any:
+    """``client``, its feeds coming back as the server sends them (:func:`_newest`)."""
+    client.set_response_callback("ZREVRANGE", _as_sent)
+    return client
+
+
+def first_trip(pipe: Any, keys: store.Keys, consumers: Sequence[str], k: int) -> None:
+    """A read's first round trip (after whatever the caller sends first): each consumer's
+    sources and the newest ``k`` of its materialized feed."""
+    for c in consumers:
+        pipe.lrange(keys.sources(c), 0, -1)
+        _newest(pipe, keys.consumer_feed(c), k)
+
+
+def second_trip(
+    client: Any, keys: store.Keys, asked: Sequence[str], rows: Sequence[Any], k: int
+) -> tuple[dict[str, list[FeedItem]], dict[str, list[str]]]:
+    """From the first trip's ``rows``: the newest ``k`` of every pulled producer and shared
+    view the consumers read, in one round trip (none when they read none), merged into each
+    consumer's feed; returns the feeds and each consumer's sources."""
+    own: dict[str, list[tuple[bytes, float]]] = {}
+    reads: dict[str, list[str]] = {}
+    for i, c in enumerate(asked):
+        reads[c] = [s.decode() for s in rows[2 * i]]
+        own[c] = _pairs(rows[2 * i + 1])
+    wanted = sorted({s for ss in reads.values() for s in ss if s != "c"})
+    latest: dict[str, list[tuple[bytes, float]]] = {}
+    if wanted:
+        pipe = client.pipeline(transaction=False)
+        for s in wanted:
+            kind, name = s.split(":", 1)
+            key = keys.stream(name) if kind == "p" else keys.view_feed(name)
+            _newest(pipe, key, k)
+        latest = {s: _pairs(got) for s, got in zip(wanted, pipe.execute(), strict=True)}
+    feeds = {}
+    for c in asked:
+        merged = own[c] + [it for s in reads[c] if s != "c" for it in latest[s]]
+        feeds[c] = _latest(merged, k)
+    return feeds, reads
 
 
 def _as_sent(response: Any, **options: Any) -> Any:

@@ -211,22 +211,6 @@ def served_day(ds: dt.date, day: versions.DayVersion) -> store.ServedDay:
     )
 
 
-def remove_generation(client: Any, generation: str) -> int:
-    """Delete every key of a generation (``SCAN`` + ``UNLINK``, a batch at a time); returns
-    how many."""
-    removed = 0
-    batch: list[bytes] = []
-    for key in client.scan_iter(match=store.Keys(generation).pattern(), count=1000):
-        batch.append(key)
-        if len(batch) == 1000:
-            removed += client.unlink(*batch)
-            batch = []
-    if batch:
-        removed += client.unlink(*batch)
-    client.hdel(store.GENERATIONS, generation)
-    return removed
-
-
 def retire(client: Any, served: store.ServedDay, grace_seconds: float) -> list[str]:
     """Remove the generations that are not ``served`` and were replaced (or left unfinished)
     more than ``grace_seconds`` ago; returns them."""
@@ -239,7 +223,7 @@ def retire(client: Any, served: store.ServedDay, grace_seconds: float) -> list[s
         day = store.ServedDay.from_json(raw)
         ended = day.replaced or day.started
         if ended and now - ended >= grace_seconds:
-            remove_generation(client, generation)
+            store.remove_generation(client, generation)
             gone.append(generation)
     return gone
 

@@ -6,8 +6,9 @@ strategy alone and materialized from the previous day's FF-PerPair state (so edg
 between push and pull), and every consumer's assembled feed equals the naive answer computed
 from the landing files alone (``support.naive``), under global and, where the strategy offers
 it, per-producer coherency; under global coherency, so does every consumer's feed read from
-the feed store once the day is published and loaded into it. Here for the default strategies' two kinds of plan
-(``support.workloads.STAGE_TIER``); every other strategy in tests/e2e/test_strategies.py.
+the feed store once the day is published and loaded into it. Here for the default
+strategies' two kinds of plan (``support.workloads.STAGE_TIER``); every other strategy in
+tests/e2e/test_strategies.py.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ VERBS = [
         "evaluate",
         "evaluate-rates",
         "store",
+        "calibrate",
         "connect-server",
         "config",
     ),
