@@ -1,0 +1,286 @@
+"""Each strategy's plan served from the feed store and replayed: the store's measured cost
+beside the cost model's (docs/cost-model.md, "Checking the model on a store").
+
+    python -m bench.serving [--scale 0.01] [--strategies push-all,pull-all,ff-per-pair,cz-lp]
+                            [--repetitions 3] [--rate N] [--work var/bench]
+
+Generates three days of ``ff2010`` at ``--scale`` (once per scale) and builds them: day 1
+with FF-PerPair served (the state day 2's feeds build on), day 2 (D) ingested and its rates
+estimated. Starts a throwaway Redis server on 127.0.0.1 (its build recorded) and calibrates
+H and L on it (``feedpipe calibrate``'s function). Then, for each strategy: D planned with the
+strategy alone (forced: only the served strategy is materialized), materialized, validated,
+published and loaded into the store; and, ``--repetitions`` times, the store reloaded with D
+and the held-out day D+1 replayed against it: D+1's events through the live add operation
+(``feedpipe store add-event``'s function; consecutive events in one call) and its feed views
+through the read operation (``StoreReader``, one consumer a read), interleaved in timestamp
+order, as fast as the store takes them (or at ``--rate`` operations a second). Measured, as
+the papers measured: the store's own CPU (``used_cpu_user + used_cpu_sys`` over the replay),
+its commands, its memory after the load and after the replay, and each read's latency from
+the client (p50, p95, p99), each with its spread over the repetitions. Modeled: the plan's
+cost per day (``plan/plan_cost``, H and L as configured) and the same plan priced with the
+calibrated H and L in microseconds of server CPU (maintenance / H x H_cal + evaluation / L x
+L_cal), so that model and measurement are in the same unit.
+
+Writes ``bench/results/serving_ff2010_<scale>.json`` and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import ROOT, provenance
+from jobs.common import ledger, live, store
+from jobs.common.config import Settings
+from jobs.common.storage import Storage
+from jobs.dev import store_server
+from jobs.evaluation import calibrate
+from jobs.serving import published
+from jobs.serving.store_reader import StoreReader
+from jobs.workloads.generate import PROFILES, generate, scaled
+
+START = dt.date(2026, 1, 1)
+D = START + dt.timedelta(days=1)
+HELD_OUT = D + dt.timedelta(days=1)
+SEED = 5
+EVENT_BATCH = 100
+"""Consecutive events added in one call (an application adds what arrived together)."""
+
+
+def settings_for(base: Path) -> Settings:
+    return Settings(
+        landing=str(base / "landing"),
+        warehouse=str(base / "warehouse"),
+        strategy="ff-per-pair",
+        strategies=("ff-per-pair",),
+        store_grace_seconds=0,
+    )
+
+
+def prepare(spark: Any, base: Path, scale: float) -> Settings:
+    """The landing of three days and day 1 built, day 2 ingested with its rates (once)."""
+    from jobs.stages import runner
+
+    s = settings_for(base)
+    if not (base / "landing" / "views" / f"ds={HELD_OUT}").is_dir():
+        generate(Storage.at(s.landing), START, 3, scaled(PROFILES["ff2010"], scale), seed=SEED)
+    wh = Storage.at(s.warehouse)
+    for ds, stages in (
+        (START, ("ingest", "rates", "plan", "materialize")),
+        (D, ("ingest", "rates")),
+    ):
+        for name in stages:
+            if ledger.read_record(wh, ds, name) is None:
+                runner.run_stage(name, s, ds, spark, wh=wh)
+    return s
+
+
+def serve(spark: Any, s: Settings, strategy: str, url: str) -> dict[str, Any]:
+    """Day D with ``strategy`` alone: planned, materialized, validated, published; its
+    modeled cost (``plan/plan_cost``)."""
+    from jobs.stages import runner
+
+    forced = dataclasses.replace(s, strategy=strategy, strategies=(strategy,), store=url)
+    for name in ("plan", "materialize", "validate", "publish"):
+        runner.run_stage(name, forced, D, spark)
+    (row,) = published.dataset(s.warehouse, "plan/plan_cost", D).to_table().to_pylist()
+    return {k: row[k] for k in ("maintenance_cost", "evaluation_cost", "total_cost")}
+
+
+def held_out(landing: str) -> list[tuple[dt.datetime, str, Any]]:
+    """D+1's events and feed views in timestamp order: (time, "event" or "view", what)."""
+    import pyarrow.dataset as pads
+
+    root = Path(landing)
+    ev = pads.dataset(root / "events" / f"ds={HELD_OUT}").to_table().to_pylist()
+    views = pads.dataset(root / "views" / f"ds={HELD_OUT}").to_table().to_pylist()
+    ops: list[tuple[dt.datetime, str, Any]] = []
+    for e in ev:
+        at = (
+            e["created_at"].replace(tzinfo=dt.UTC)
+            if e["created_at"].tzinfo is None
+            else e["created_at"]
+        )
+        attributes = dict(e.get("attributes") or {})
+        ops.append((at, "event", live.LiveEvent(e["event_id"], e["producer_id"], at, attributes)))
+    for v in views:
+        at = (
+            v["viewed_at"].replace(tzinfo=dt.UTC)
+            if v["viewed_at"].tzinfo is None
+            else v["viewed_at"]
+        )
+        ops.append((at, "view", v["consumer_id"]))
+    ops.sort(key=lambda o: (o[0], o[1]))
+    return ops
+
+
+def _server(client: Any) -> tuple[float, int]:
+    cpu = client.info("cpu")
+    stats = client.info("stats")
+    used = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return used, int(stats["total_commands_processed"])
+
+
+def replay(url: str, ops: list[tuple[dt.datetime, str, Any]], rate: float | None) -> dict[str, Any]:
+    """The held-out day against the served plan (see the module)."""
+    client = store.connect(url)
+    reader = StoreReader(url)
+    memory_before = int(client.info("memory")["used_memory"])
+    cpu0, commands0 = _server(client)
+    latencies: list[float] = []
+    pending: list[live.LiveEvent] = []
+    started = time.perf_counter()
+    for i, (_, kind, what) in enumerate(ops):
+        if rate:
+            due = started + i / rate
+            now = time.perf_counter()
+            if now < due:
+                time.sleep(due - now)
+        if kind == "event":
+            pending.append(what)
+            if len(pending) == EVENT_BATCH:
+                live.add_events(client, pending)
+                pending = []
+            continue
+        if pending:
+            live.add_events(client, pending)
+            pending = []
+        t = time.perf_counter()
+        reader.feeds([what])
+        latencies.append(time.perf_counter() - t)
+    if pending:
+        live.add_events(client, pending)
+    wall = time.perf_counter() - started
+    cpu1, commands1 = _server(client)
+    ms = sorted(x * 1000 for x in latencies)
+    q = statistics.quantiles(ms, n=100, method="inclusive")
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu1 - cpu0, 3),
+        "commands": commands1 - commands0,
+        "memory_loaded_bytes": memory_before,
+        "memory_replayed_bytes": int(client.info("memory")["used_memory"]),
+        "reads": len(latencies),
+        "p50_ms": round(q[49], 3),
+        "p95_ms": round(q[94], 3),
+        "p99_ms": round(q[98], 3),
+    }
+
+
+def spread(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    values = [r[key] for r in runs]
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": round(statistics.mean(values), 3), "stdev": round(sd, 3)}
+
+
+def modeled_cpu_s(cost: dict[str, Any], s: Settings, cal: calibrate.Calibration) -> float:
+    """The plan's cost per hour with H and L replaced by the calibrated microseconds, for a
+    day (24 hours), in seconds of server CPU."""
+    per_hour_us = (
+        cost["maintenance_cost"] / s.push_cost * cal.push_us
+        + cost["evaluation_cost"] / s.pull_cost * cal.pull_us
+    )
+    return per_hour_us * 24 / 1e6
+
+
+def ranks(values: dict[str, float]) -> dict[str, int]:
+    return {k: i + 1 for i, k in enumerate(sorted(values, key=values.__getitem__))}
+
+
+def table(r: dict[str, Any]) -> str:
+    cal = r["calibration"]
+    rows = [
+        f"ff2010 scale {r['scale']:g}, day {D} served, {HELD_OUT} replayed "
+        f"({r['events']:,} events, {r['views']:,} feed views); {r['server']}; "
+        f"calibrated H {cal['push_us']:.2f} us, L {cal['pull_us']:.2f} us "
+        f"(H/L {cal['ratio']:.2f}); {r['repetitions']} repetitions",
+        "",
+        "| strategy | measured CPU s (sd) | modeled CPU s (calibrated) | modeled cost/day (H, L as "
+        "configured) | commands | memory MiB | read p50 / p95 / p99 ms | rank measured / "
+        "calibrated / configured |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, x in r["strategies"].items():
+        m = x["measured"]
+        rows.append(
+            f"| {name} | {m['cpu_s']['mean']:.2f} ({m['cpu_s']['stdev']:.2f}) | "
+            f"{x['modeled_cpu_s']:.2f} | {x['modeled']['total_cost'] * 24:,.0f} | "
+            f"{m['commands']['mean']:,.0f} | {m['memory_loaded_bytes']['mean'] / 2**20:,.1f} | "
+            f"{m['p50_ms']['mean']:.2f} / {m['p95_ms']['mean']:.2f} / {m['p99_ms']['mean']:.2f} | "
+            f"{x['rank_measured']} / {x['rank_calibrated']} / {x['rank_configured']} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.serving", description=__doc__.split("\n")[0])
+    ap.add_argument("--scale", type=float, default=0.01)
+    ap.add_argument("--strategies", default="push-all,pull-all,ff-per-pair,cz-lp")
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="operations a second (default: as fast as the store takes them)",
+    )
+    ap.add_argument("--work", type=Path, default=ROOT / "var" / "bench")
+    args = ap.parse_args(argv)
+    from jobs.common.spark import build_session
+    from jobs.stages import runner
+
+    base = args.work / f"serving-ff2010-{args.scale:g}"
+    base.mkdir(parents=True, exist_ok=True)
+    s = settings_for(base)
+    spark = build_session(s, "bench-serving")
+    s = prepare(spark, base, args.scale)
+    ops = held_out(s.landing)
+    result: dict[str, Any] = {
+        "scale": args.scale,
+        "events": sum(1 for o in ops if o[1] == "event"),
+        "views": sum(1 for o in ops if o[1] == "view"),
+        "server": store_server.server_version(),
+        "repetitions": args.repetitions,
+        "rate": args.rate,
+        "strategies": {},
+    }
+    with store_server.running(base / "store") as server:
+        cal = calibrate.calibrate(server.url)
+        result["calibration"] = cal.as_dict()
+        for strategy in args.strategies.split(","):
+            cost = serve(spark, s, strategy, server.url)
+            runs = []
+            for _ in range(args.repetitions):
+                store.connect(server.url).flushdb()
+                runner.run_stage("store", dataclasses.replace(s, store=server.url), D, spark)
+                runs.append(replay(server.url, ops, args.rate))
+            result["strategies"][strategy] = {
+                "modeled": cost,
+                "modeled_cpu_s": round(modeled_cpu_s(cost, s, cal), 3),
+                "measured": {k: spread(runs, k) for k in runs[0]},
+                "runs": runs,
+            }
+    by = result["strategies"]
+    for key, value in (
+        ("rank_measured", {k: v["measured"]["cpu_s"]["mean"] for k, v in by.items()}),
+        ("rank_calibrated", {k: v["modeled_cpu_s"] for k, v in by.items()}),
+        ("rank_configured", {k: v["modeled"]["total_cost"] for k, v in by.items()}),
+    ):
+        for name, rank in ranks(value).items():
+            by[name][key] = rank
+    result["provenance"] = provenance({k: str(v) for k, v in vars(args).items()})
+    out = ROOT / "bench" / "results" / f"serving_ff2010_{args.scale:g}.json"
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(table(result))
+    print(f"\n{out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
