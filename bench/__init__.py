@@ -51,5 +51,17 @@ def machine() -> dict[str, Any]:
 
 
 def provenance(settings: dict[str, Any]) -> dict[str, Any]:
-    """What a results file records besides its figures."""
-    return {"commit": commit(), "settings": settings, "machine": machine()}
+    """What a results file records besides its figures (a folder below the checkout as a
+    relative path: the file names no machine's folders)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            inside = value.is_absolute() and value.is_relative_to(ROOT)
+            return str(value.relative_to(ROOT) if inside else value)
+        return value
+
+    return {
+        "commit": commit(),
+        "settings": {k: plain(v) for k, v in settings.items()},
+        "machine": machine(),
+    }

@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         for name, rank in ranks(value).items():
             by[name][key] = rank
-    result["provenance"] = provenance({k: str(v) for k, v in vars(args).items()})
+    result["provenance"] = provenance(vars(args))
     out = ROOT / "bench" / "results" / f"serving_ff2010_{args.scale:g}.json"
     out.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(table(result))

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         result["reads"] = reads_at(server.url, sample, args.rate, args.seconds)
         result["saturation"] = saturation(server.url, sample, args.seconds, result["reads"])
         result["fan_out"] = fan_out(server.url, warehouse, args.events)
-    result["provenance"] = provenance({k: str(v) for k, v in vars(args).items()})
+    result["provenance"] = provenance(vars(args))
     out = ROOT / "bench" / "results" / f"store_ff2010_{args.scale:g}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
