@@ -324,7 +324,7 @@ def _cost_sql(s: Settings) -> str:
         for q in (0.50, 0.95, 0.99)
     )
     ev = f"CASE WHEN n_sources > 1 THEN theta * {L!r} * n_sources ELSE 0.0 END"
-    ok = f"CASE WHEN {metric} <= {s.latency_bound} THEN theta ELSE 0.0 END"
+    ok = f"CASE WHEN {metric} <= {s.latency_bound_sources} THEN theta ELSE 0.0 END"
     return f"""
         WITH per_c AS (
             SELECT consumer_id, any_value(theta) AS theta,

@@ -68,9 +68,14 @@ SETTING_FLAGS: dict[str, tuple[str, type, str, str]] = {
         "--latency-metric",
         str,
         "METRIC",
-        "latency target bounds: sources or pulls",
+        "latency target bounds: sources, pulls or ms (by the calibrated read-latency fit)",
     ),
-    "latency_bound": ("--latency-bound", int, "N", "at most this many sources/pulls per view"),
+    "latency_bound": (
+        "--latency-bound",
+        float,
+        "N",
+        "at most this many sources/pulls (a whole number) or milliseconds per view",
+    ),
     "latency_quantile": ("--latency-quantile", float, "SHARE", "...for this share of feed views"),
     "inactive_after_days": (
         "--inactive-after-days",
@@ -542,7 +547,9 @@ def _add_calibrate(verbs: Verbs) -> None:
         help="operations of the largest of the ten workload sizes (default 20000)",
     )
     cal.add_argument(
-        "--write", metavar="FILE", help="also set push_cost and pull_cost in this TOML file"
+        "--write",
+        metavar="FILE",
+        help="also set push_cost, pull_cost and the read-latency fit in this TOML file",
     )
     cal.add_argument("--json", action="store_true", help="print the measurements as JSON")
 

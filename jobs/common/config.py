@@ -8,6 +8,7 @@ Nothing here reads the clock or touches storage.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -74,7 +75,7 @@ LANDING_READINESS = ("folders", "marker")
 GATE_KINDS = ("volume", "follows")
 """The gates ``accept_gates`` can name: the volume gates of events and views, and the follow
 gates (edges removed, edges added)."""
-LATENCY_METRICS = ("sources", "pulls")
+LATENCY_METRICS = ("sources", "pulls", "ms")
 
 
 class ConfigError(FeedpipeError, ValueError):
@@ -158,13 +159,20 @@ class Settings:
     under per-producer coherency."""
     latency_metric: str = "sources"
     """What the latency target bounds per feed view: ``sources`` read (personal feed, views and
-    pulled producers) or ``pulls`` (pulled producers only)."""
+    pulled producers), ``pulls`` (pulled producers only), or ``ms``, a read's milliseconds on
+    the feed store, mapped to sources by the read-latency fit (``latency_ms_base`` and
+    ``latency_ms_per_source``, from ``feedpipe calibrate --write``)."""
     latency_quantile: float = 0.95
     """Share of feed views that must meet ``latency_bound`` (ff-latency-* strategies)."""
-    latency_bound: int = 2
-    """At most this many sources (or pulls) per feed view for ``latency_quantile`` of views;
-    ``latency_metric = "pulls"`` with bound 0 and quantile 0.9 reads "at most 10% of feed views
-    need any pull"."""
+    latency_bound: float = 2.0
+    """At most this many sources (or pulls; a whole number) or milliseconds per feed view for
+    ``latency_quantile`` of views; ``latency_metric = "pulls"`` with bound 0 and quantile 0.9
+    reads "at most 10% of feed views need any pull"."""
+    latency_ms_base: float = 0.0
+    """The read-latency fit, ms = base + per_source x sources (``feedpipe calibrate``): what
+    ``latency_metric = "ms"`` maps its bound with."""
+    latency_ms_per_source: float = 0.0
+    """See ``latency_ms_base``; 0 means not calibrated."""
     inactive_after_days: int = 7
     """Consumers without a feed view in this many days (ending at ds) get no materialized feed
     and are served by pull until they return; 0 disables the rule."""
@@ -239,6 +247,10 @@ class Settings:
     store_grace_seconds: float = 3600.0
     """How long a day's keys stay in the store after the next day is switched in (readers
     that resolved the old day finish on it)."""
+    store_probe_reads: int = 1000
+    """Feed reads timed after a load switches the day in (``feedpipe store load``): consumers
+    sampled uniformly, their latencies weighted by their feed views per hour into p50, p95
+    and p99, recorded with the load and shown beside the latency target; 0 disables."""
     shuffle_partitions: int = 8
     """Partitions of each shuffle (``spark.sql.shuffle.partitions``): a multiple of the cores.
     The plan stage keeps exactly this many, where other stages let Spark coalesce small ones."""
@@ -337,6 +349,13 @@ class Settings:
             )
         if not 0 < self.latency_quantile <= 1 or self.latency_bound < 0:
             raise ConfigError("latency_quantile must be in (0, 1] and latency_bound >= 0")
+        if self.latency_metric != "ms" and not float(self.latency_bound).is_integer():
+            raise ConfigError(
+                f"latency_bound must be a whole number of {self.latency_metric}, "
+                f'got {self.latency_bound:g} (a bound in milliseconds: latency_metric = "ms")'
+            )
+        if self.latency_metric == "ms":
+            _ = self.latency_bound_sources  # refuses a bound the fit cannot meet
         if self.inactive_after_days < 0:
             raise ConfigError("inactive_after_days must be >= 0 (0 disables the rule)")
         if self.view_part_users < 2:
@@ -366,6 +385,31 @@ class Settings:
             )
         if self.store_grace_seconds < 0:
             raise ConfigError("store_grace_seconds must be at least 0")
+        if self.store_probe_reads < 0:
+            raise ConfigError("store_probe_reads must be at least 0 (0 disables the probe)")
+
+    @property
+    def latency_bound_sources(self) -> int:
+        """The latency bound in the planner's unit: ``latency_bound`` itself for ``sources``
+        and ``pulls``; for ``ms``, the most sources a read can have within the bound by the
+        read-latency fit, ``floor((bound - base) / per_source)`` (at least one source)."""
+        if self.latency_metric != "ms":
+            return int(self.latency_bound)
+        if self.latency_ms_per_source <= 0:
+            raise ConfigError(
+                'latency_metric = "ms" needs the read-latency fit: run feedpipe calibrate '
+                "--store URL --write FILE (it sets latency_ms_base and latency_ms_per_source)"
+            )
+        sources = math.floor(
+            (self.latency_bound - self.latency_ms_base) / self.latency_ms_per_source + 1e-9
+        )
+        if sources < 1:
+            one = self.latency_ms_base + self.latency_ms_per_source
+            raise ConfigError(
+                f"latency_bound {self.latency_bound:g} ms is below a read of one source by the "
+                f"calibration ({one:.3f} ms)"
+            )
+        return sources
 
     @property
     def threshold(self) -> float:

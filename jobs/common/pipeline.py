@@ -192,6 +192,7 @@ REGISTRY: tuple[Stage, ...] = (
             "plan/consumer_sources",
             "plan/edge_plan",
             "plan/view_members",
+            "rates/consumer_rates",
         ),
         writes=(),
         command=("store", "load"),

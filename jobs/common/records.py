@@ -13,9 +13,12 @@ recorded).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, field_validator
+
+if TYPE_CHECKING:
+    from jobs.common.config import Settings
 
 R = TypeVar("R", bound="Record")
 
@@ -111,9 +114,32 @@ class RatesRecord(StageRecord):
 
 
 class LatencyTarget(Record):
+    """The latency target a day's plans were judged against. With ``metric = "ms"``, the
+    read-latency fit it was mapped with and the ``sources`` it allowed."""
+
     metric: str
     bound: int | float
     quantile: float
+    sources: int | None = None
+    ms_base: float | None = None
+    ms_per_source: float | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> LatencyTarget:
+        if settings.latency_metric != "ms":
+            return cls(
+                metric=settings.latency_metric,
+                bound=int(settings.latency_bound),
+                quantile=settings.latency_quantile,
+            )
+        return cls(
+            metric="ms",
+            bound=settings.latency_bound,
+            quantile=settings.latency_quantile,
+            sources=settings.latency_bound_sources,
+            ms_base=settings.latency_ms_base,
+            ms_per_source=settings.latency_ms_per_source,
+        )
 
 
 class CertificateRecord(Record):
@@ -188,6 +214,17 @@ class PublishRecord(StageRecord):
     published: dict[str, Any] | None = None
 
 
+class ReadProbe(Record):
+    """Feed reads timed on the store right after a load's switch: ``reads`` consumers sampled
+    uniformly, each read once, the percentiles weighted by the consumers' feed views per
+    hour (the plan's latency percentiles are weighted the same way)."""
+
+    reads: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+
+
 class StoreRecord(StageRecord):
     """A load of the day into the feed store: the generation switched in, when, how long the
     load took, and the generations it removed."""
@@ -203,6 +240,8 @@ class StoreRecord(StageRecord):
     retired: list[str] = []
     skipped: str = ""
     """The newer day the store served instead, when this day was not loaded."""
+    probe: ReadProbe | None = None
+    """Read latency measured after the switch (``store_probe_reads``)."""
 
 
 RECORD_TYPES: dict[str, type[StageRecord]] = {

@@ -85,8 +85,14 @@ class Calibration:
     latency_r2: float
 
     def settings(self) -> dict[str, float]:
-        """The settings to use: H relative to L = 1."""
-        return {"push_cost": round(self.ratio, 3), "pull_cost": 1.0}
+        """The settings to use: H relative to L = 1, and the read-latency fit that
+        ``latency_metric = "ms"`` maps its bound with."""
+        return {
+            "push_cost": round(self.ratio, 3),
+            "pull_cost": 1.0,
+            "latency_ms_base": round(max(self.latency_ms_base, 0.0), 4),
+            "latency_ms_per_source": round(max(self.latency_ms_per_source, 0.0), 5),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

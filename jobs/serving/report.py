@@ -9,7 +9,9 @@ rebuild have finished (or that its validation failed)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from jobs.common import ledger, versions
 from jobs.common.config import PURE_STRATEGIES, Settings
@@ -18,6 +20,7 @@ from jobs.common.records import (
     IngestRecord,
     PlanRecord,
     RatesRecord,
+    StoreRecord,
     TableAccount,
     TopicAccount,
     ValidationResults,
@@ -76,16 +79,48 @@ def served_why(plan: PlanRecord | None, rows: list[dict]) -> str:
     return f"forced by configuration (strategy = {served}), also the cheapest"
 
 
-def target_text(plan: PlanRecord | None) -> str:
+def target_text(
+    plan: PlanRecord | None,
+    load: StoreRecord | None = None,
+    served: Mapping[str, Any] | None = None,
+) -> str:
     """The latency target the day's plans were judged against (the plan record's, not the
-    settings of whoever reads the report)."""
+    settings of whoever reads the report); for a target in milliseconds, the sources it was
+    planned as and the served plan's percentiles by the fit; and the read latency measured on
+    the store when the day was loaded (``load``'s probe), beside it."""
     t = plan.latency_target if plan else None
     if t is None:
         return "latency target: not recorded for this day"
-    return (
-        f"latency target: at most {t.bound} {t.metric} per feed view for "
+    text = (
+        f"latency target: at most {t.bound:g} {t.metric} per feed view for "
         f"{100 * t.quantile:g}% of feed views"
     )
+    if t.metric == "ms" and t.sources is not None:
+        base, per = t.ms_base or 0.0, t.ms_per_source or 0.0
+        text += (
+            f" (planned as at most {t.sources} sources by the read-latency fit "
+            f"{base:.3f} ms + {per:.4f} ms a source"
+        )
+        if served and served.get("sources_p95") is not None:
+            modeled = " / ".join(
+                f"{base + per * served[f'sources_p{q}']:.2f}" for q in (50, 95, 99)
+            )
+            text += f"; the served plan's p50 / p95 / p99 by the fit: {modeled} ms"
+        text += ")"
+    probe = load.probe if load else None
+    if probe is not None:
+        text += (
+            f"; measured on the feed store after the load: p50 {probe.p50_ms:.2f}, "
+            f"p95 {probe.p95_ms:.2f}, p99 {probe.p99_ms:.2f} ms ({probe.reads:,} reads, "
+            "weighted by feed views)"
+        )
+    return text
+
+
+def load_record(wh: Storage, ds: dt.date) -> StoreRecord | None:
+    """The day's load into the feed store, when it was loaded (not skipped)."""
+    record = ledger.read_record(wh, ds, "store")
+    return record if isinstance(record, StoreRecord) and not record.skipped else None
 
 
 def text_report(settings: Settings, ds: dt.date) -> str:
@@ -130,7 +165,8 @@ def text_report(settings: Settings, ds: dt.date) -> str:
     why = served_why(plan, rows)
     if why:
         out.append(f"  served: {why}")
-    out.append(f"  {target_text(plan)}")
+    chosen = next((r for r in rows if r["chosen"]), None)
+    out.append(f"  {target_text(plan, load_record(wh, ds), chosen)}")
     if rows and rows[0].get("lower_bound") is not None:
         out.append(f"  {bound_text(rows[0])}")
     inactive = rows[0].get("inactive_consumers") if rows else None
@@ -386,7 +422,9 @@ def day_report(wh: Storage, ds: dt.date, links: dict[str, str] | None = None) ->
             if hist and shares
             else None
         ),
-        latency_target=target_text(plan),
+        latency_target=target_text(
+            plan, load_record(wh, ds), next((r for r in raw if r["chosen"]), None)
+        ),
         flash_count=n_flash,
         flash_top=tuple(top),
         flash_mismatch=recorded_flash not in (None, n_flash),

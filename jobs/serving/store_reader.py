@@ -16,6 +16,7 @@ from typing import Any
 
 from jobs.common import live, store
 from jobs.common.config import redact
+from jobs.common.records import ReadProbe
 from jobs.serving.reader import (
     Answer,
     Content,
@@ -186,3 +187,36 @@ def _latest(raw: list[tuple[bytes, float]], k: int) -> list[FeedItem]:
 def _item(raw: bytes, score: float) -> FeedItem:
     event_id, producer_id = store.unmember(raw)
     return FeedItem(event_id, producer_id, store.at(score))
+
+
+def weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
+    """The ``q`` quantile of values weighted by weights (``pairs`` of value, weight): the
+    least value whose cumulative weight reaches ``q`` of the total (as
+    ``jobs.selection.cost.weighted_percentiles``)."""
+    if not pairs:
+        raise ValueError("a quantile of no values")
+    ordered = sorted(pairs)
+    total = sum(w for _, w in ordered)
+    cumulative = 0.0
+    for value, weight in ordered:
+        cumulative += weight
+        if cumulative >= q * total * (1 - 1e-12):
+            return value
+    return ordered[-1][0]
+
+
+def probe(url: str, consumers: Sequence[tuple[str, float]]) -> ReadProbe:
+    """Each consumer's feed read once from the store at ``url`` and timed, the latencies
+    weighted by ``consumers``' feed views per hour (``(consumer_id, views_per_hour)``)."""
+    import time
+
+    reader = StoreReader(url)
+    timed = []
+    for consumer, weight in consumers:
+        started = time.perf_counter()
+        reader.feeds([consumer])
+        timed.append(((time.perf_counter() - started) * 1000, max(weight, 0.0) or 1e-12))
+    return ReadProbe(
+        reads=len(timed),
+        **{f"p{q}_ms": round(weighted_quantile(timed, q / 100), 3) for q in (50, 95, 99)},
+    )

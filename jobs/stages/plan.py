@@ -58,8 +58,11 @@ class PlanParams:
             strategies=settings.served_strategies,
             model=model,
             margin=settings.mode_change_margin,
+            # a bound in milliseconds is planned as the sources the read-latency fit allows
             target=cost.LatencyTarget(
-                settings.latency_metric, settings.latency_bound, settings.latency_quantile
+                "sources" if settings.latency_metric == "ms" else settings.latency_metric,
+                settings.latency_bound_sources,
+                settings.latency_quantile,
             ),
             views=shared.ViewParams(
                 model,
@@ -412,11 +415,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> P
         latency_met=rows[chosen].get("latency_met"),
         latency_share=rows[chosen].get("latency_share"),
         # the target the day's plans were judged against (the report shows it, not the flags)
-        latency_target=LatencyTarget(
-            metric=settings.latency_metric,
-            bound=settings.latency_bound,
-            quantile=settings.latency_quantile,
-        ),
+        latency_target=LatencyTarget.of(settings),
         inactive_consumers=rows[chosen].get("inactive_consumers"),
         shared_view_parts=parts,
         certificate=certificate_record(cert, bound_value, rows[chosen]["total_cost"], cert_seconds),

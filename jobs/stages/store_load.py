@@ -28,7 +28,7 @@ from jobs.common import live, store, versions
 from jobs.common.config import Settings, redact
 from jobs.common.dates import feed_time
 from jobs.common.pipeline import stage
-from jobs.common.records import MaterializeRecord, StoreRecord
+from jobs.common.records import MaterializeRecord, ReadProbe, StoreRecord
 from jobs.common.storage import Storage
 from jobs.common.tables import contract_of
 
@@ -277,11 +277,45 @@ def load(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> S
             f"{ds} is served since {served.since}, then the feed store was lost: {exc}; "
             "the next load removes what this one left"
         ) from None
+    seconds = round(time.monotonic() - started, 2)
     return StoreRecord(
         generation=served.generation,
         since=served.since,
         caught_up=caught,
         written=written,
-        load_seconds=round(time.monotonic() - started, 2),
+        load_seconds=seconds,
         retired=removed,
+        probe=read_probe(settings, frames["rates/consumer_rates"]),
     )
+
+
+def probe_sample(consumer_rates: DataFrame, n: int, seed: int = 11) -> list[tuple[str, float]]:
+    """``n`` consumers drawn uniformly (the top ``n`` by a seeded random key: a bounded
+    top-n, never a collect of every consumer), each with its feed views per hour."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        consumer_rates.select("consumer_id", "views_per_hour")
+        .orderBy(F.rand(seed), "consumer_id")
+        .limit(n)
+        .collect()
+    )
+    return [(r["consumer_id"], float(r["views_per_hour"] or 0.0)) for r in rows]
+
+
+def read_probe(settings: Settings, consumer_rates: DataFrame) -> ReadProbe | None:
+    """The served day's read latency right after the switch (``store_probe_reads`` reads,
+    weighted by feed views: ``jobs.serving.store_reader.probe``); None when disabled, or when
+    the store is lost meanwhile (the day is served: the probe only measures it)."""
+    import redis
+
+    from jobs.serving.store_reader import probe
+
+    if not settings.store_probe_reads:
+        return None
+    sample = probe_sample(consumer_rates, settings.store_probe_reads)
+    try:
+        return probe(settings.store, sample) if sample else None
+    except (redis.RedisError, store.StoreError) as exc:
+        log.warning("store load: the read probe failed: %s", str(exc).splitlines()[0])
+        return None

@@ -130,7 +130,7 @@ def check_report(settings: Settings, ds: dt.date, tmp_path: Path) -> None:
         assert page.text["served-why"] == f"auto: the cheapest of {len(costs)} strategies computed"
         assert served.total_cost == costs.total_cost.min()
     assert page.text["latency-target"] == (
-        f"latency target: at most {settings.latency_bound} {settings.latency_metric} per feed "
+        f"latency target: at most {settings.latency_bound:g} {settings.latency_metric} per feed "
         f"view for {100 * settings.latency_quantile:g}% of feed views."
     )
     # the certificate: every strategy's distance above the day's bound, which none is below

@@ -16,6 +16,7 @@ from jobs.common import ledger, store, versions
 from jobs.common.records import MaterializeRecord, StoreRecord
 from jobs.common.storage import Storage
 from jobs.dev import store_server
+from jobs.serving import report
 from jobs.serving.reader import FeedError, FeedReader
 from jobs.serving.store_reader import StoreReader
 from jobs.stages import runner, store_load
@@ -48,6 +49,14 @@ def test_a_loaded_day_serves_every_consumer_the_parquet_readers_feed(
     )
     ids = [*published_consumers(s.warehouse, LAST), "nobody-at-all"]
     assert len(ids) > 100
+    # the read probe: every consumer with a rate, or store_probe_reads of them, read once
+    n_rated = spark.read.parquet(
+        wh.spark_path(*versions.published(wh, LAST).parts("rates/consumer_rates"))
+    ).count()
+    probe = first.probe
+    assert probe is not None and probe.reads == min(s.store_probe_reads, n_rated)
+    assert 0 < probe.p50_ms <= probe.p95_ms <= probe.p99_ms
+    assert f"p99 {probe.p99_ms:.2f} ms ({probe.reads:,} reads" in report.text_report(s, LAST)
     want = FeedReader(s.warehouse, LAST).answer(ids, K)
     reader = StoreReader(url, s.warehouse)
     got = reader.answer(ids, K)

@@ -52,13 +52,26 @@ def test_a_calibration_on_a_real_store_fits_and_leaves_no_keys(redis_server, tmp
     assert all(f.slope > 0 and f.r2 > 0.5 for f in (*done.push_fits, *done.pull_fits))
     # a read of 32 sources takes longer than a read of none
     assert done.latency_ms_per_source > 0
-    assert done.settings() == {"push_cost": round(done.ratio, 3), "pull_cost": 1.0}
+    assert done.settings() == {
+        "push_cost": round(done.ratio, 3),
+        "pull_cost": 1.0,
+        "latency_ms_base": round(max(done.latency_ms_base, 0.0), 4),
+        "latency_ms_per_source": round(done.latency_ms_per_source, 5),
+    }
 
     config = tmp_path / "feedpipe.toml"
     args = ["calibrate", "--store", redis_server.url, "--largest", "1000", "--repetitions", "2"]
     assert cli.main([*args, "--write", str(config)]) == 0
     out = capsys.readouterr().out
-    assert "H/L" in out and out.strip().endswith("pull_cost = 1.0")
-    assert load_settings(str(config)).pull_cost == 1.0
+    assert "H/L" in out and "latency_ms_per_source = " in out.strip().splitlines()[-1]
+    written = load_settings(str(config))
+    assert written.pull_cost == 1.0 and written.latency_ms_per_source > 0
+    # the fit written is the one a bound in milliseconds is planned with: a bound of five
+    # sources' read by the fit plans at most five sources
+    five = written.latency_ms_base + 5.5 * written.latency_ms_per_source
+    ms = load_settings(
+        str(config), environ={"FEEDPIPE_LATENCY_METRIC": "ms", "FEEDPIPE_LATENCY_BOUND": str(five)}
+    )
+    assert ms.latency_bound_sources == 5
     assert cli.main(["calibrate", "--store", redis_server.url, "--repetitions", "1"]) == 2
     assert "--repetitions must be at least 2" in capsys.readouterr().err

@@ -56,6 +56,8 @@ NON_DEFAULT = {
     "latency_metric": ("pulls", "pulls"),
     "latency_quantile": ("0.99", 0.99),
     "latency_bound": ("3", 3),
+    "latency_ms_base": ("0.4", 0.4),
+    "latency_ms_per_source": ("0.05", 0.05),
     "inactive_after_days": ("0", 0),
     "view_part_users": ("1000", 1000),
     "view_user_views": ("10", 10),
@@ -81,6 +83,7 @@ NON_DEFAULT = {
     "publish_part_mb": ("8", 8.0),
     "store": ("redis://127.0.0.1:6390/2", "redis://127.0.0.1:6390/2"),
     "store_grace_seconds": ("60", 60.0),
+    "store_probe_reads": ("10", 10),
     "shuffle_partitions": ("4", 4),
     "spark_conf": ("spark.x=1,spark.y=2", {"spark.x": "1", "spark.y": "2"}),
 }
@@ -131,7 +134,19 @@ def test_every_documented_variable_is_read_with_a_non_default_value():
         ({"FEEDPIPE_PUSH_COST": "-1"}, "positive"),
         ({"FEEDPIPE_COHERENCY": "sometimes"}, "coherency"),
         ({"FEEDPIPE_COHERENCY": "per_producer", "FEEDPIPE_STRATEGY": "ff-consumer"}, "Lemma 2"),
-        ({"FEEDPIPE_LATENCY_METRIC": "ms"}, "latency_metric"),
+        ({"FEEDPIPE_LATENCY_METRIC": "hours"}, "latency_metric must be one of"),
+        ({"FEEDPIPE_LATENCY_METRIC": "ms"}, "needs the read-latency fit: run feedpipe calibrate"),
+        ({"FEEDPIPE_LATENCY_BOUND": "2.5"}, "whole number of sources"),
+        (
+            {
+                "FEEDPIPE_LATENCY_METRIC": "ms",
+                "FEEDPIPE_LATENCY_BOUND": "0.5",
+                "FEEDPIPE_LATENCY_MS_BASE": "0.45",
+                "FEEDPIPE_LATENCY_MS_PER_SOURCE": "0.1",
+            },
+            "0.5 ms is below a read of one source by the calibration",
+        ),
+        ({"FEEDPIPE_STORE_PROBE_READS": "-1"}, "store_probe_reads"),
         ({"FEEDPIPE_LATENCY_QUANTILE": "1.5"}, "latency_quantile"),
         ({"FEEDPIPE_INACTIVE_AFTER_DAYS": "-1"}, "inactive_after_days"),
         ({"FEEDPIPE_VIEW_LP_PAIRS": "-1"}, "view_lp_pairs must be at least 0"),
@@ -140,6 +155,31 @@ def test_every_documented_variable_is_read_with_a_non_default_value():
 def test_bad_values_are_clear_errors(env, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(environ=env)
+
+
+@pytest.mark.parametrize(
+    ("bound", "base", "per_source", "sources"),
+    [
+        # (bound - base) / per_source, rounded down: worked by hand
+        ("1.0", "0.3", "0.1", 7),  # 7 exactly, though 0.7 / 0.1 is 6.999... in floating point
+        ("1.05", "0.3", "0.1", 7),
+        ("2.5", "0.5", "0.25", 8),
+        ("0.55", "0.45", "0.1", 1),
+    ],
+)
+def test_a_bound_in_milliseconds_is_planned_as_the_sources_the_fit_allows(
+    bound, base, per_source, sources
+):
+    s = load_settings(
+        environ={
+            "FEEDPIPE_LATENCY_METRIC": "ms",
+            "FEEDPIPE_LATENCY_BOUND": bound,
+            "FEEDPIPE_LATENCY_MS_BASE": base,
+            "FEEDPIPE_LATENCY_MS_PER_SOURCE": per_source,
+        }
+    )
+    assert s.latency_bound == float(bound) and s.latency_bound_sources == sources
+    assert load_settings(environ={"FEEDPIPE_LATENCY_BOUND": "3"}).latency_bound_sources == 3
 
 
 def test_unknown_key_in_file_is_an_error(tmp_path):
