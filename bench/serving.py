@@ -38,7 +38,6 @@ import datetime as dt
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +46,12 @@ from jobs.common import ledger, live, store
 from jobs.common.config import Settings
 from jobs.common.storage import Storage
 from jobs.dev import store_server
-from jobs.evaluation import calibrate
+from jobs.evaluation import calibrate, served
 from jobs.serving import published
-from jobs.serving.store_reader import StoreReader
 from jobs.workloads.generate import PROFILES, generate, scaled
 
 START = dt.date(2026, 1, 1)
 SEED = 5
-EVENT_BATCH = 100
-"""Consecutive events added in one call (an application adds what arrived together)."""
 
 
 def settings_for(base: Path) -> Settings:
@@ -113,14 +109,14 @@ def serve(spark: Any, s: Settings, strategy: str, url: str, d: dt.date) -> dict[
     return {k: row[k] for k in ("maintenance_cost", "evaluation_cost", "total_cost")}
 
 
-def held_out(landing: str, day: dt.date) -> list[tuple[dt.datetime, str, Any]]:
+def held_out(landing: str, day: dt.date) -> list[served.Op]:
     """``day``'s events and feed views in timestamp order: (time, "event" or "view", what)."""
     import pyarrow.dataset as pads
 
     root = Path(landing)
     ev = pads.dataset(root / "events" / f"ds={day}").to_table().to_pylist()
     views = pads.dataset(root / "views" / f"ds={day}").to_table().to_pylist()
-    ops: list[tuple[dt.datetime, str, Any]] = []
+    ops: list[served.Op] = []
     for e in ev:
         at = (
             e["created_at"].replace(tzinfo=dt.UTC)
@@ -138,59 +134,6 @@ def held_out(landing: str, day: dt.date) -> list[tuple[dt.datetime, str, Any]]:
         ops.append((at, "view", v["consumer_id"]))
     ops.sort(key=lambda o: (o[0], o[1]))
     return ops
-
-
-def _server(client: Any) -> tuple[float, int]:
-    cpu = client.info("cpu")
-    stats = client.info("stats")
-    used = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-    return used, int(stats["total_commands_processed"])
-
-
-def replay(url: str, ops: list[tuple[dt.datetime, str, Any]], rate: float | None) -> dict[str, Any]:
-    """The held-out day against the served plan (see the module)."""
-    client = store.connect(url)
-    reader = StoreReader(url)
-    memory_before = int(client.info("memory")["used_memory"])
-    cpu0, commands0 = _server(client)
-    latencies: list[float] = []
-    pending: list[live.LiveEvent] = []
-    started = time.perf_counter()
-    for i, (_, kind, what) in enumerate(ops):
-        if rate:
-            due = started + i / rate
-            now = time.perf_counter()
-            if now < due:
-                time.sleep(due - now)
-        if kind == "event":
-            pending.append(what)
-            if len(pending) == EVENT_BATCH:
-                live.add_events(client, pending)
-                pending = []
-            continue
-        if pending:
-            live.add_events(client, pending)
-            pending = []
-        t = time.perf_counter()
-        reader.feeds([what])
-        latencies.append(time.perf_counter() - t)
-    if pending:
-        live.add_events(client, pending)
-    wall = time.perf_counter() - started
-    cpu1, commands1 = _server(client)
-    ms = sorted(x * 1000 for x in latencies)
-    q = statistics.quantiles(ms, n=100, method="inclusive")
-    return {
-        "wall_s": round(wall, 1),
-        "cpu_s": round(cpu1 - cpu0, 3),
-        "commands": commands1 - commands0,
-        "memory_loaded_bytes": memory_before,
-        "memory_replayed_bytes": int(client.info("memory")["used_memory"]),
-        "reads": len(latencies),
-        "p50_ms": round(q[49], 3),
-        "p95_ms": round(q[94], 3),
-        "p99_ms": round(q[98], 3),
-    }
 
 
 def spread(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -331,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.repetitions):
                 store.connect(server.url).flushdb()
                 runner.run_stage("store", dataclasses.replace(s, store=server.url), d, spark)
-                runs.append(replay(server.url, ops, args.rate))
+                runs.append(served.replay(server.url, ops, args.rate).as_dict())
             result["strategies"][strategy] = {
                 "modeled": cost,
                 "modeled_cpu_s": round(modeled_cpu_s(cost, s, cal), 3),

@@ -104,6 +104,8 @@ VERB_SETTING_HELP = {
     ("feed", "publish_to"): "the s3://bucket/prefix days are published to (what --published reads)",
     ("feed", "store"): "read the feeds of the day the feed store at URL serves (redis://...) "
     "instead of the warehouse's Parquet",
+    ("evaluate", "store"): "with --experiment NAME-store: the empty feed store (redis://...) "
+    "the experiment serves its plans from",
     ("catalog", "spark_master"): "Spark master of --register's session",
     ("catalog", "spark_remote"): "run --register's statements on this Spark Connect server",
 }
@@ -450,6 +452,7 @@ def _add_report(verbs: Verbs) -> None:
 
 def _add_evaluate(verbs: Verbs) -> None:
     from jobs.evaluation.experiments import EXPERIMENTS
+    from jobs.evaluation.store_experiments import STORE_EXPERIMENTS
 
     rp = verbs.add(
         "evaluate",
@@ -463,7 +466,9 @@ def _add_evaluate(verbs: Verbs) -> None:
         metavar="NAME",
         help="instead of a replay: all, or one of "
         + "; ".join(f"{name} ({what})" for name, what in EXPERIMENTS.items())
-        + " (ff-*: generated ff2010 workloads, cz-*: cz2015; docs/evaluation.md)",
+        + " (ff-*: generated ff2010 workloads, cz-*: cz2015; docs/evaluation.md); measured "
+        "on the feed store given with --store (empty: they replace what it holds): all-store, or "
+        + "; ".join(f"{name} ({what})" for name, what in STORE_EXPERIMENTS.items()),
     )
     rp.add_argument(
         "--scale",
@@ -825,14 +830,32 @@ def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
     from pathlib import Path
 
     from jobs.common.spark import build_session
-    from jobs.evaluation import experiments
+    from jobs.evaluation import experiments, store_experiments
 
-    if args.experiment != "all" and args.experiment not in experiments.EXPERIMENTS:
-        known = ", ".join(experiments.EXPERIMENTS)
+    measured = args.experiment == "all-store" or args.experiment in (
+        store_experiments.STORE_EXPERIMENTS
+    )
+    if args.experiment != "all" and not measured and args.experiment not in experiments.EXPERIMENTS:
+        known = ", ".join(
+            [*experiments.EXPERIMENTS, "all-store", *store_experiments.STORE_EXPERIMENTS]
+        )
         raise UsageError(f"unknown experiment {args.experiment!r}; one of: all, {known}")
+    if measured and not settings.store:
+        raise UsageError(
+            f"{args.experiment} is measured on a feed store: give an empty one with --store URL"
+        )
+    if measured:
+        store_experiments.check_empty(settings.store)
     spark = build_session(settings, f"feedpipe-experiment-{args.experiment}")
     failed = []
-    for r in experiments.run(spark, args.experiment, Path(args.out), args.scale, args.seed):
+    results = (
+        store_experiments.run(
+            spark, args.experiment, Path(args.out), settings.store, args.scale, args.seed
+        )
+        if measured
+        else experiments.run(spark, args.experiment, Path(args.out), args.scale, args.seed)
+    )
+    for r in results:
         print(r.markdown(), f"\nwritten: {r.files['md']}, {r.files['png']}\n", sep="")
         if not r.holds:
             failed.append(r.name)

@@ -570,7 +570,9 @@ def chart(r: Result, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
     x_col = r.columns[0]
     xs = [row[x_col] for row in r.rows]
-    if r.name in ("ff-fig4", "ff-fig5"):
+    if r.name.endswith("-store"):
+        _store_chart(r, ax, xs)
+    elif r.name in ("ff-fig4", "ff-fig5"):
         for s, style in (("push-all", "s-"), ("pull-all", "^-"), ("hybrid", "o-")):
             ax.plot(xs, [row[s] for row in r.rows], style, label=s)
         ax.set_ylabel("modeled cost per hour")
@@ -601,3 +603,43 @@ def chart(r: Result, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _store_chart(r: Result, ax: Any, xs: list[Any]) -> None:
+    """The measured experiments' charts (``jobs.evaluation.store_experiments``)."""
+    if r.name == "ff-fig7-store":
+        for col, style in (
+            ("users half pushed %", "s-"),
+            ("users all pushed %", "o-"),
+            ("views from materialized %", "^-"),
+        ):
+            ax.plot(xs, [row[col] for row in r.rows], style, label=col)
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel("percent")
+        ax2 = ax.twinx()
+        for col, style in (("read p95 ms", "v--"), ("read mean ms", "d--")):
+            ax2.plot(xs, [row[col] for row in r.rows], style, color="tab:red", label=col)
+        ax2.set_ylabel("measured read latency, ms", color="tab:red")
+        ax2.legend(loc="center right", fontsize=8)
+        ax.legend(loc="center left", fontsize=8)
+        return
+    if r.name == "ff-fig8-store":
+        for col, style in (
+            ("per-pair mean ms", "o-"),
+            ("per-consumer mean ms", "s-"),
+            ("per-pair p95 ms", "o--"),
+            ("per-consumer p95 ms", "s--"),
+        ):
+            ax.plot(xs, [row[col] for row in r.rows], style, label=col)
+        ax.set_ylabel("measured read latency, ms")
+        ax.legend(fontsize=8)
+        return
+    series = (
+        ("push-all", "pull-all", "hybrid")
+        if r.name == "ff-fig4-store"
+        else tuple(c for c in r.columns[1:] if "%" not in c)
+    )
+    for s in series:
+        ax.plot(xs, [row[s] for row in r.rows], "o-", label=s)
+    ax.set_ylabel("measured store CPU, s per workload hour")
+    ax.legend(fontsize=8)
