@@ -177,8 +177,11 @@ def text_report(settings: Settings, ds: dt.date) -> str:
         ratio = (
             "" if g.ratio is None else f" ratio {g.ratio:.3f} (allowed {g.lower:g} to {g.upper:g})"
         )
-        note = f": {g.note}" if g.note else ""
-        out.append(f"  gate {g.gate:<14} {g.table:<8} {gate_verdict(g)}{ratio}{note}")
+        verdict = gate_verdict(g)
+        # a gate that is off says why in its note, which starts with "off: " itself
+        why = g.note.removeprefix(f"{verdict}: ") if g.note else ""
+        note = f": {why}" if why else ""
+        out.append(f"  gate {g.gate:<14} {g.table:<8} {verdict}{ratio}{note}")
     if day.manifest is not None:
         for table, c in day.manifest.input.items():
             out.append(

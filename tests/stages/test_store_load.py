@@ -56,7 +56,9 @@ def test_a_loaded_day_serves_every_consumer_the_parquet_readers_feed(
     probe = first.probe
     assert probe is not None and probe.reads == min(s.store_probe_reads, n_rated)
     assert 0 < probe.p50_ms <= probe.p95_ms <= probe.p99_ms
-    assert f"p99 {probe.p99_ms:.2f} ms ({probe.reads:,} reads" in report.text_report(s, LAST)
+    text = report.text_report(s, LAST)
+    assert f"p99 {probe.p99_ms:.2f} ms ({probe.reads:,} reads" in text
+    assert "gate volume" in text and "off: off:" not in text  # a gate off says so once
     want = FeedReader(s.warehouse, LAST).answer(ids, K)
     reader = StoreReader(url, s.warehouse)
     got = reader.answer(ids, K)
