@@ -13,12 +13,9 @@ recorded).
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny, field_validator
-
-if TYPE_CHECKING:
-    from jobs.common.config import Settings
 
 R = TypeVar("R", bound="Record")
 
@@ -123,23 +120,6 @@ class LatencyTarget(Record):
     sources: int | None = None
     ms_base: float | None = None
     ms_per_source: float | None = None
-
-    @classmethod
-    def of(cls, settings: Settings) -> LatencyTarget:
-        if settings.latency_metric != "ms":
-            return cls(
-                metric=settings.latency_metric,
-                bound=int(settings.latency_bound),
-                quantile=settings.latency_quantile,
-            )
-        return cls(
-            metric="ms",
-            bound=settings.latency_bound,
-            quantile=settings.latency_quantile,
-            sources=settings.latency_bound_sources,
-            ms_base=settings.latency_ms_base,
-            ms_per_source=settings.latency_ms_per_source,
-        )
 
 
 class CertificateRecord(Record):

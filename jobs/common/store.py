@@ -30,6 +30,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -259,3 +260,67 @@ def remove_generation(client: Any, generation: str) -> int:
         removed += client.unlink(*batch)
     client.hdel(GENERATIONS, generation)
     return removed
+
+
+# The read operations (``jobs.serving.store_reader`` merges what they return into feeds; the
+# load's read probe and ``feedpipe calibrate`` time them).
+
+
+def for_reads(client: Any) -> Any:
+    """``client``, its feeds coming back as the server sends them (:func:`newest`)."""
+    client.set_response_callback("ZREVRANGE", _as_sent)
+    return client
+
+
+def first_trip(pipe: Any, keys: Keys, consumers: Sequence[str], k: int) -> None:
+    """A read's first round trip (after whatever the caller sends first): each consumer's
+    sources and the newest ``k`` of its materialized feed."""
+    for c in consumers:
+        pipe.lrange(keys.sources(c), 0, -1)
+        newest(pipe, keys.consumer_feed(c), k)
+
+
+Items = list[tuple[bytes, int]]
+"""(member, score) pairs of a feed, as :func:`pairs` reads them."""
+
+
+def second_trip(
+    client: Any, keys: Keys, asked: Sequence[str], rows: Sequence[Any], k: int
+) -> tuple[dict[str, Items], dict[str, list[str]]]:
+    """From the first trip's ``rows``: the newest ``k`` of every pulled producer and shared
+    view the consumers read, in one round trip (none when they read none); returns each
+    consumer's items (its own feed's and its sources', not merged) and its sources."""
+    own: dict[str, Items] = {}
+    reads: dict[str, list[str]] = {}
+    for i, c in enumerate(asked):
+        reads[c] = [s.decode() for s in rows[2 * i]]
+        own[c] = pairs(rows[2 * i + 1])
+    wanted = sorted({s for ss in reads.values() for s in ss if s != "c"})
+    latest: dict[str, Items] = {}
+    if wanted:
+        pipe = client.pipeline(transaction=False)
+        for s in wanted:
+            kind, name = s.split(":", 1)
+            key = keys.stream(name) if kind == "p" else keys.view_feed(name)
+            newest(pipe, key, k)
+        latest = {s: pairs(got) for s, got in zip(wanted, pipe.execute(), strict=True)}
+    items = {c: own[c] + [it for s in reads[c] if s != "c" for it in latest[s]] for c in asked}
+    return items, reads
+
+
+def _as_sent(response: Any, **options: Any) -> Any:
+    return response
+
+
+def newest(pipe: Any, key: str, k: int) -> None:
+    """The newest ``k`` items of a feed, with their scores, as the server sends them (a flat
+    list, member then score: no per-item conversion by the client; :func:`pairs` reads it)."""
+    pipe.execute_command("ZREVRANGE", key, 0, k - 1, "WITHSCORES")
+
+
+def pairs(reply: list[Any]) -> Items:
+    """(member, score) pairs of a :func:`newest` reply: pairs under RESP3, a flat list under
+    RESP2 (scores are whole microseconds)."""
+    if reply and not isinstance(reply[0], bytes):
+        return [(m, int(score)) for m, score in reply]
+    return [(reply[i], int(reply[i + 1])) for i in range(0, len(reply), 2)]

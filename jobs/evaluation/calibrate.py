@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from jobs.common import store
-from jobs.serving.store_reader import first_trip, for_reads, second_trip
 
 DEFAULT_SIZES = tuple(2_000 * i for i in range(1, 11))
 """Ten workload sizes (operations per run), as Chen & Zhou's ten."""
@@ -148,9 +147,9 @@ def _latency(client: Any, keys: store.Keys, k: int, reads: int, rng: random.Rand
         started = time.perf_counter()
         pipe = client.pipeline(transaction=False)
         pipe.get(store.SERVED)  # as a reader's first trip carries the served pointer
-        first_trip(pipe, keys, [c], k)
+        store.first_trip(pipe, keys, [c], k)
         rows = pipe.execute()[1:]
-        second_trip(client, keys, [c], rows, k)
+        store.second_trip(client, keys, [c], rows, k)
         xs.append(float(n))
         ys.append((time.perf_counter() - started) * 1000)
     return Fit.of(xs, ys)
@@ -165,7 +164,7 @@ def calibrate(
     seed: int = 7,
 ) -> Calibration:
     """Measure H and L on the store at ``url`` (see the module); its keys are removed."""
-    client = for_reads(store.connect(url))
+    client = store.for_reads(store.connect(url))
     keys = store.Keys(f"calibrate-{uuid.uuid4().hex[:8]}")
     rng = random.Random(seed)
     feeds = [keys.consumer_feed(f"c{i}") for i in range(max(sizes))]

@@ -73,6 +73,26 @@ class PlanParams:
         )
 
 
+def latency_target(settings: Settings) -> LatencyTarget:
+    """The latency target the day's plans are judged against, as the plan record keeps it:
+    with ``latency_metric = "ms"``, the read-latency fit it was mapped with and the sources it
+    allowed."""
+    if settings.latency_metric != "ms":
+        return LatencyTarget(
+            metric=settings.latency_metric,
+            bound=int(settings.latency_bound),
+            quantile=settings.latency_quantile,
+        )
+    return LatencyTarget(
+        metric="ms",
+        bound=settings.latency_bound,
+        quantile=settings.latency_quantile,
+        sources=settings.latency_bound_sources,
+        ms_base=settings.latency_ms_base,
+        ms_per_source=settings.latency_ms_per_source,
+    )
+
+
 def assignments(
     edges: DataFrame, params: PlanParams, timings: dict[str, dict[str, float]] | None = None
 ) -> tuple[DataFrame, DataFrame]:
@@ -415,7 +435,7 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> P
         latency_met=rows[chosen].get("latency_met"),
         latency_share=rows[chosen].get("latency_share"),
         # the target the day's plans were judged against (the report shows it, not the flags)
-        latency_target=LatencyTarget.of(settings),
+        latency_target=latency_target(settings),
         inactive_consumers=rows[chosen].get("inactive_consumers"),
         shared_view_parts=parts,
         certificate=certificate_record(cert, bound_value, rows[chosen]["total_cost"], cert_seconds),

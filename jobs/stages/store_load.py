@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobs.common import live, store, versions
@@ -309,8 +309,6 @@ def read_probe(settings: Settings, consumer_rates: DataFrame) -> ReadProbe | Non
     the store is lost meanwhile (the day is served: the probe only measures it)."""
     import redis
 
-    from jobs.serving.store_reader import probe
-
     if not settings.store_probe_reads:
         return None
     sample = probe_sample(consumer_rates, settings.store_probe_reads)
@@ -319,3 +317,43 @@ def read_probe(settings: Settings, consumer_rates: DataFrame) -> ReadProbe | Non
     except (redis.RedisError, store.StoreError) as exc:
         log.warning("store load: the read probe failed: %s", str(exc).splitlines()[0])
         return None
+
+
+def probe(url: str, consumers: Sequence[tuple[str, float]]) -> ReadProbe:
+    """Each consumer's feed read once from the store at ``url`` as the reader reads it (the
+    served pointer with the first trip, then the second: ``jobs.common.store``) and timed;
+    the latencies weighted by ``consumers``' feed views per hour (``(consumer_id,
+    views_per_hour)``)."""
+    client = store.for_reads(store.connect(url))
+    day = store.served(client)
+    if day is None:
+        raise store.StoreError("the store serves no day to probe")
+    timed = []
+    for consumer, weight in consumers:
+        started = time.perf_counter()
+        pipe = client.pipeline(transaction=False)
+        pipe.get(store.SERVED)
+        store.first_trip(pipe, day.keys, [consumer], day.feed_k)
+        rows = pipe.execute()[1:]
+        store.second_trip(client, day.keys, [consumer], rows, day.feed_k)
+        timed.append(((time.perf_counter() - started) * 1000, max(weight, 0.0) or 1e-12))
+    return ReadProbe(
+        reads=len(timed),
+        **{f"p{q}_ms": round(weighted_quantile(timed, q / 100), 3) for q in (50, 95, 99)},
+    )
+
+
+def weighted_quantile(pairs: Sequence[tuple[float, float]], q: float) -> float:
+    """The ``q`` quantile of values weighted by weights (``pairs`` of value, weight): the
+    least value whose cumulative weight reaches ``q`` of the total (as
+    ``jobs.selection.cost.weighted_percentiles``)."""
+    if not pairs:
+        raise ValueError("a quantile of no values")
+    ordered = sorted(pairs)
+    total = sum(w for _, w in ordered)
+    cumulative = 0.0
+    for value, weight in ordered:
+        cumulative += weight
+        if cumulative >= q * total * (1 - 1e-12):
+            return value
+    return ordered[-1][0]

@@ -11,8 +11,8 @@ from jobs.common.config import load_settings
 from jobs.common.records import LatencyTarget, PlanRecord, ReadProbe, StoreRecord
 from jobs.selection import cost
 from jobs.serving.report import target_text
-from jobs.serving.store_reader import weighted_quantile
-from jobs.stages.plan import PlanParams
+from jobs.stages.plan import PlanParams, latency_target
+from jobs.stages.store_load import weighted_quantile
 
 MS = {
     "FEEDPIPE_LATENCY_METRIC": "ms",
@@ -26,18 +26,18 @@ def test_the_planner_gets_the_sources_and_the_record_keeps_the_milliseconds():
     s = load_settings(environ=MS)
     # (1.2 - 0.4) / 0.15 = 5.33: five sources
     assert PlanParams.of(s).target == cost.LatencyTarget("sources", 5, 0.95)
-    assert LatencyTarget.of(s) == LatencyTarget(
+    assert latency_target(s) == LatencyTarget(
         metric="ms", bound=1.2, quantile=0.95, sources=5, ms_base=0.4, ms_per_source=0.15
     )
     pulls = load_settings(
         environ={"FEEDPIPE_LATENCY_METRIC": "pulls", "FEEDPIPE_LATENCY_BOUND": "0"}
     )
     assert PlanParams.of(pulls).target == cost.LatencyTarget("pulls", 0, 0.95)
-    assert LatencyTarget.of(pulls).sources is None
+    assert latency_target(pulls).sources is None
 
 
 def test_the_report_shows_the_target_the_fit_and_the_measured_percentiles():
-    plan = PlanRecord(latency_target=LatencyTarget.of(load_settings(environ=MS)))
+    plan = PlanRecord(latency_target=latency_target(load_settings(environ=MS)))
     served = {"sources_p50": 1.0, "sources_p95": 4.0, "sources_p99": 6.0}
     probe = ReadProbe(reads=1000, p50_ms=0.42, p95_ms=0.9, p99_ms=1.734)
     text = target_text(plan, StoreRecord(probe=probe), served)
