@@ -148,12 +148,12 @@ def _spark_bound(edges: DataFrame, cap: int, H: float, L: float) -> float:
     followers bounded from above (see the module docstring)."""
     fixed = _idle_cost(edges, L)
     users, eu = _active_edges(edges, cap)
-    pairs = _sharing_pairs(eu)
-    mine = _consumer_terms(users, pairs, H, L)
-    total = _total_cost(_per_feed(eu, mine, _overlap_sizes(pairs), H), H)
+    triples = _sharing_triples(eu)
+    mine = _consumer_terms(users, triples, H, L)
+    total = _total_cost(_per_feed(eu, mine, _overlap_sizes(triples), H), H)
     row = total.crossJoin(fixed.withColumnRenamed("c", "idle")).first()
     eu.unpersist()
-    pairs.unpersist()
+    triples.unpersist()
     assert row is not None
     return float(row["c"] or 0.0) + float(row["idle"] or 0.0)
 
@@ -199,30 +199,34 @@ def _active_edges(edges: DataFrame, cap: int) -> tuple[DataFrame, DataFrame]:
     return users, eu
 
 
-def _sharing_pairs(eu: DataFrame) -> DataFrame:
-    """Every ordered pair ``(u, w)`` of consumers that share a small feed: the small feeds
-    ``fs`` they share, their count ``small_ov``, the overlap's upper bound ``ov`` and whether
-    ``w`` may contain ``F_u``; persisted."""
+def _sharing_triples(eu: DataFrame) -> DataFrame:
+    """Every consumer ``u``, small feed ``f`` it follows and other follower ``w`` of ``f``,
+    with the pair's count ``small_ov`` of shared small feeds, the overlap's upper bound
+    ``ov`` and whether ``w`` may contain ``F_u``; partitioned by ``u`` and persisted.
+
+    The triples are the ``sum d (d - 1)`` rows the pair budget counts. Partitioned by ``u``
+    once, the pair counts are a window over ``(u, w)`` and the later per-(u, f) and per-u
+    aggregates need no shuffle of their own: grouping the pairs by ``(u, w)`` first, then
+    exploding their feeds and grouping again by ``(u, f)``, shuffled every triple twice."""
     from pyspark import StorageLevel
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     small = eu.where("small").select("u", "f", "n", "b", "s")
     other = small.select(
         F.col("u").alias("w"), "f", F.col("n").alias("n_w"), F.col("b").alias("b_w")
     )
+    small_ov = F.count(F.lit(1)).over(Window.partitionBy("u", "w"))
     return (
         small.join(other, "f")
         .where("u != w")
-        .groupBy("u", "w")
-        .agg(
-            F.count("*").alias("small_ov"),
-            F.collect_list("f").alias("fs"),
-            *(F.first(c).alias(c) for c in ("n", "b", "s", "n_w", "b_w")),
-        )
+        .repartition("u")
+        .withColumn("small_ov", small_ov)
         .select(
             "u",
-            "fs",
+            "f",
             "small_ov",
+            "s",
             F.least(F.col("small_ov") + F.least("b", "b_w"), F.col("n"), F.col("n_w")).alias("ov"),
             # w may contain F_u: it shares all of u's small feeds, and as many feeds of both kinds
             (
@@ -235,14 +239,18 @@ def _sharing_pairs(eu: DataFrame) -> DataFrame:
     )
 
 
-def _consumer_terms(users: DataFrame, pairs: DataFrame, H: float, L: float) -> DataFrame:
+def _consumer_terms(users: DataFrame, triples: DataFrame, H: float, L: float) -> DataFrame:
     """Per consumer of at least two feeds: its ``read`` price, its feeds as ``one_view``, the
-    bound ``c`` on its overlaps and on the consumers ``containing`` its follow set."""
+    bound ``c`` on its overlaps and on the consumers ``containing`` its follow set. A pair
+    that may contain ``F_u`` shares all of ``u``'s ``s`` small feeds, so it is ``s`` of
+    ``u``'s triples."""
     from pyspark.sql import functions as F
 
-    per_user = pairs.groupBy("u").agg(
+    per_user = triples.groupBy("u").agg(
         F.max("small_ov").alias("max_small"),
-        F.sum(F.col("may_contain").cast("long")).alias("containing_small"),
+        (F.sum(F.col("may_contain").cast("long")) / F.first("s"))
+        .cast("long")
+        .alias("containing_small"),
     )
     return (
         users.where("n >= 2")
@@ -259,14 +267,12 @@ def _consumer_terms(users: DataFrame, pairs: DataFrame, H: float, L: float) -> D
     )
 
 
-def _overlap_sizes(pairs: DataFrame) -> DataFrame:
+def _overlap_sizes(triples: DataFrame) -> DataFrame:
     """A small feed's overlaps with its other followers, largest first (``sizes``)."""
     from pyspark.sql import functions as F
 
-    return (
-        pairs.select("u", F.explode("fs").alias("f"), "ov")
-        .groupBy("u", "f")
-        .agg(F.sort_array(F.collect_list("ov"), asc=False).alias("sizes"))
+    return triples.groupBy("u", "f").agg(
+        F.sort_array(F.collect_list("ov"), asc=False).alias("sizes")
     )
 
 

@@ -30,7 +30,7 @@ from jobs.common.records import (
     PlanRecord,
     SourcesHistogram,
 )
-from jobs.common.spark import UNCOMPRESSED_CACHE, empty_frame
+from jobs.common.spark import UNCOMPRESSED_CACHE, empty_frame, job_description
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, has_partition, read_partition, write_partition
 from jobs.selection import bound, cost, feeding_frenzy, latency, shared
@@ -262,7 +262,8 @@ def plans_of(
     # built now: Spark plans a scan of a kept frame with the frame's partitioning only once
     # the frame exists, and the per-consumer steps after this (the costs, the sources) need
     # no shuffle of their own when it is partitioned by consumer (feeding_frenzy.edge_inputs)
-    stacked.count()
+    with job_description(edges.sparkSession, f"plan strategies {' '.join(strategies)}"):
+        stacked.count()
     if phi is None:
         phi = edges.select("producer_id", "phi").distinct()
     shared_members = (
@@ -396,13 +397,15 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> P
     )
     # one row per strategy, kept: plan_cost is written from it, not computed again
     costs = costs.persist(StorageLevel.MEMORY_AND_DISK)
-    collected = costs.collect()
+    with job_description(spark, "plan costs"):
+        collected = costs.collect()
     rows = {r["strategy"]: r.asDict() for r in collected}
     forced = None if settings.strategy == "auto" else settings.strategy
     chosen, cheapest = served_strategy(rows, forced)
 
     started = time.perf_counter()
-    cert = bound.lower_bound(plans.edges, PlanParams.of(settings).model, settings.bound_pairs)
+    with job_description(spark, "plan certificate"):
+        cert = bound.lower_bound(plans.edges, PlanParams.of(settings).model, settings.bound_pairs)
     cert_seconds = round(time.perf_counter() - started, 1)
     # rounded down as the costs are rounded (cost.COST_DECIMALS): still a bound, and never
     # above a strategy whose rounded cost equals it
