@@ -1,5 +1,6 @@
-"""Stage ``validate``: Great Expectations suites over the day's tables, run inside Spark, or
-on the driver with its pandas engine on a small day (:data:`DRIVER_ROWS`).
+"""Stage ``validate``: Great Expectations suites over the day's tables, each judged from one
+Spark query of its table (``jobs.stages.one_pass``), or on the driver with Great
+Expectations' pandas engine on a small day (:data:`DRIVER_ROWS`).
 
 Suites live in ``schemas/expectations/<name>.json``; each runs on a *check frame*
 (``jobs.stages.checks``): the table itself, or the table with derived columns that turn a
@@ -31,8 +32,10 @@ from jobs.common.records import (
     ValidateRecord,
     ValidationResults,
 )
+from jobs.common.spark import job_description
 from jobs.common.storage import Storage
 from jobs.common.tables import contract_of, schemas_root
+from jobs.stages import one_pass
 from jobs.stages.checks import accounting_check, check_frames, gates_frame, input_rows
 from jobs.stages.gates import failed_gates, gate_line, gates
 
@@ -62,6 +65,18 @@ checks and computes the window only where an expectation needs it (on a scale-1 
 
 class ValidationFailed(FeedpipeError, RuntimeError):
     """At least one expectation failed; the message summarises which."""
+
+
+FIRST_PASS: dict[str, Any] = {"result_format": "BOOLEAN_ONLY"}
+"""How every suite runs first: Great Expectations computes only what judges each
+expectation (a map expectation's unexpected and null counts, the table's row count), which
+its Spark engine bundles into one aggregate query of the check frame per graph level; a
+uniqueness expectation adds its window's count. Richer formats (``SUMMARY``, ``BASIC``)
+fetch each expectation's unexpected values in a query of its own, even when it has none."""
+
+SAMPLED: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
+"""How a suite that failed runs again: with counts, observed values and up to 20 sample
+unexpected values per expectation, for ``results.json`` and Data Docs."""
 
 
 DRIVER_ROWS = 200_000
@@ -103,20 +118,25 @@ def validate_frames(
     keep: frozenset[str] = KEPT_FRAMES,
     driver_rows: int = 0,
     run_name: str | None = None,
+    single_pass: bool = True,
 ) -> ValidationResults:
     """Run each frame's suite; returns each one's outcome and where it ran. Pure of storage
-    (Data Docs go to ``docs_dir`` when given, their runs named ``run_name``: the day). Frames
-    named in ``keep`` are persisted while their suite runs; Great Expectations' own persisting
-    of every batch is turned off.
+    (Data Docs go to ``docs_dir`` when given, their runs named ``run_name``: the day).
 
-    Suites run first without sample unexpected values (``partial_unexpected_count`` 0): for
-    each expectation Great Expectations would otherwise scan the whole frame once more for 20
-    unexpected rows, even when it has counted none. A suite that fails runs again with
-    samples, so its results and Data Docs show examples of the rows that broke it."""
+    A Spark frame's suite is judged from one aggregate query of the frame
+    (:mod:`jobs.stages.one_pass`, ``single_pass``; engine ``one-pass``), by Great
+    Expectations' own rules. A suite with an expectation that module does not count runs on
+    Great Expectations' Spark engine (``spark``), first with ``FIRST_PASS``; there, frames
+    named in ``keep`` are persisted while it runs, and Great Expectations' own persisting of
+    every batch is turned off. A small day's frames run on its pandas engine on the driver
+    (``driver_rows``; ``driver``). A suite that fails, however it was judged, runs again on
+    Great Expectations' engine with samples (``SAMPLED``), so its results and Data Docs show
+    its own counts and examples of the rows that broke it."""
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
     from pyspark import StorageLevel
 
+    started = dt.datetime.now(dt.UTC)
     ctx = _context(docs_dir)
     source = ctx.data_sources.add_spark("feedpipe", persist=False)
     on_driver = ctx.data_sources.add_pandas("feedpipe-driver")
@@ -127,38 +147,52 @@ def validate_frames(
         suite = ctx.suites.add(
             gx.ExpectationSuite(name=name, expectations=spec["expectations"], meta=spec.get("meta"))
         )
+        session = frame.sparkSession
+        run_id = RunIdentifier(run_name=run_name, run_time=started) if run_name else None
         small = driver_frame(frame, driver_rows) if driver_rows else None
-        where = source if small is None else on_driver
-        batch_def = where.add_dataframe_asset(name).add_batch_definition_whole_dataframe("ds")
-        vd = ctx.validation_definitions.add(
-            gx.ValidationDefinition(name=name, data=batch_def, suite=suite)
-        )
-        if small is not None:
-            frame = small
-        elif name in keep:
-            frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-        for samples in (0, 20):  # the second pass only for a failed suite
-            checkpoint = ctx.checkpoints.add(
-                gx.Checkpoint(
-                    name=f"check_{name}_{samples}",
-                    validation_definitions=[vd],
-                    result_format={
-                        "result_format": "SUMMARY",
-                        "partial_unexpected_count": samples,
-                    },
+        formats = [FIRST_PASS, SAMPLED]  # the second only for a failed suite
+        vr: Any = None
+        if small is None and single_pass:
+            configs = one_pass.configurations(spec["expectations"], parameters)
+            with job_description(session, f"validate {name}"):
+                counted = one_pass.suite_results(frame, configs, FIRST_PASS)
+            if counted is not None:
+                vr = _suite_result(name, counted, run_id)
+                formats = [] if vr.success else [SAMPLED]
+        if formats:
+            where = source if small is None else on_driver
+            batch_def = where.add_dataframe_asset(name).add_batch_definition_whole_dataframe("ds")
+            vd = ctx.validation_definitions.add(
+                gx.ValidationDefinition(name=name, data=batch_def, suite=suite)
+            )
+            if small is not None:
+                frame = small
+            elif name in keep and len(formats) > 1:
+                frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            for result_format in formats:
+                checkpoint = ctx.checkpoints.add(
+                    gx.Checkpoint(
+                        name=f"check_{name}_{result_format['result_format']}",
+                        validation_definitions=[vd],
+                        result_format=result_format,
+                    )
                 )
-            )
-            result = checkpoint.run(
-                batch_parameters={"dataframe": frame},
-                expectation_parameters=parameters,
-                run_id=RunIdentifier(run_name=run_name) if run_name else None,
-            )
-            (vr,) = result.run_results.values()
-            if vr.success:
-                break
-        if small is None and name in keep:
-            frame.unpersist()
-        engines[name] = "spark" if small is None else "driver"
+                with job_description(session, f"validate {name}"):
+                    result = checkpoint.run(
+                        batch_parameters={"dataframe": frame},
+                        expectation_parameters=parameters,
+                        run_id=run_id,
+                    )
+                (vr,) = result.run_results.values()
+                if vr.success:
+                    break
+            if small is None and name in keep and len(formats) > 1:
+                frame.unpersist()
+            engines[name] = "spark" if small is None else "driver"
+        else:
+            assert vr is not None
+            _store(ctx, name, vr, run_id)
+            engines[name] = "one-pass"
         suites[name] = suite_outcome(vr)
         log.info("suite %s: %s", name, "passed" if vr.success else f"FAILED {suites[name].failed}")
     if docs_dir is not None:
@@ -167,6 +201,55 @@ def validate_frames(
         ctx.build_data_docs(site_names=["feedpipe"])
     return ValidationResults(
         success=all(s.success for s in suites.values()), suites=suites, engines=engines
+    )
+
+
+def _suite_result(name: str, results: list[Any], run_id: Any) -> Any:
+    """A suite's validation result, as a checkpoint makes it, from its expectations'
+    results judged from :mod:`jobs.stages.one_pass`'s counts."""
+    from great_expectations import __version__
+    from great_expectations.core.expectation_validation_result import (
+        ExpectationSuiteValidationResult,
+    )
+    from great_expectations.validator.validation_statistics import calc_validation_statistics
+
+    stats = calc_validation_statistics(results)
+    meta: dict[str, Any] = {"great_expectations_version": __version__, "engine": "one-pass"}
+    if run_id is not None:
+        meta |= {"run_id": run_id, "validation_time": run_id.run_time}
+    return ExpectationSuiteValidationResult(
+        results=results,
+        success=stats.success,
+        suite_name=name,
+        statistics={
+            "evaluated_expectations": stats.evaluated_expectations,
+            "successful_expectations": stats.successful_expectations,
+            "unsuccessful_expectations": stats.unsuccessful_expectations,
+            "success_percent": stats.success_percent,
+        },
+        meta=meta,
+        batch_id=f"feedpipe-{name}",
+    )
+
+
+def _store(ctx: Any, name: str, vr: Any, run_id: Any) -> None:
+    """``vr`` among the context's validation results, for Data Docs."""
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    suite_key = ExpectationSuiteIdentifier(name=name)
+    key = ValidationResultIdentifier(
+        expectation_suite_identifier=suite_key,
+        run_id=run_id or RunIdentifier(run_time=dt.datetime.now(dt.UTC)),
+        batch_identifier=f"feedpipe-{name}",
+    )
+    ctx.validation_results_store.store_validation_results(
+        suite_validation_result=vr,
+        suite_validation_result_identifier=key,
+        expectation_suite_identifier=suite_key,
     )
 
 

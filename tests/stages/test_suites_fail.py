@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from jobs.common.records import IngestRecord, Manifest
 from jobs.common.storage import Storage
 from jobs.common.tables import contract, read_partition, schemas_root
-from jobs.stages import checks, validate
+from jobs.stages import checks, one_pass, validate
 from jobs.stages import gates as policy
 from support.records import ingested, recounted
 from support.workloads import LAST
@@ -151,9 +151,15 @@ def _validated(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return validate.validate_frames(*args, **kwargs).as_dict()
 
 
-ENGINES = {"spark": 0, "driver": validate.DRIVER_ROWS}
-"""Where the suites run: Great Expectations' Spark engine, or pandas on the driver (a small
-day's frames, ``validate.DRIVER_ROWS``); both must give the same verdicts."""
+ENGINES = {
+    "one-pass": {},
+    "spark": {"single_pass": False},
+    "driver": {"driver_rows": validate.DRIVER_ROWS},
+}
+"""How the suites are judged: from one query per frame (``jobs.stages.one_pass``), on
+Great Expectations' Spark engine, or with pandas on the driver (a small day's frames,
+``validate.DRIVER_ROWS``); all must give the same verdicts. A suite that fails runs again
+on Great Expectations' engine with samples, whichever judged it first."""
 
 
 def failures(results: dict) -> dict[str, list]:
@@ -170,11 +176,12 @@ def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, bu
     assert sorted(frames) == suites, "a suite without a corruption here"
     params = {"feed_k": s.feed_k}
     seen = {}
-    for engine, rows in ENGINES.items():
-        good = _validated({n: g for n, (g, _) in frames.items()}, params, None, driver_rows=rows)
+    for engine, how in ENGINES.items():
+        good = _validated({n: g for n, (g, _) in frames.items()}, params, None, **how)
         assert {n: r["success"] for n, r in good["suites"].items()} == dict.fromkeys(suites, True)
-        bad = _validated({n: b for n, (_, b) in frames.items()}, params, None, driver_rows=rows)
-        assert set(bad["engines"].values()) == {engine}
+        assert set(good["engines"].values()) == {engine}
+        bad = _validated({n: b for n, (_, b) in frames.items()}, params, None, **how)
+        assert set(bad["engines"].values()) == {"spark" if engine == "one-pass" else engine}
         passed = [n for n, r in bad["suites"].items() if r["success"]]
         assert passed == [], f"{engine}: suites that let their corrupted input through: {passed}"
         for name, r in bad["suites"].items():
@@ -184,7 +191,55 @@ def test_every_suite_passes_the_real_day_and_fails_its_corrupted_input(spark, bu
         (gate,) = bad["suites"]["ingest.gates"]["failed"]
         assert gate["unexpected_count"] == 4  # every gate: two volume, two follow
         seen[engine] = failures(bad)
-    assert seen["driver"] == seen["spark"]
+    assert seen["driver"] == seen["spark"] == seen["one-pass"]
+
+
+COUNTED = {"result_format": "BASIC", "partial_unexpected_count": 0}
+
+
+def _counts(results: list) -> dict[str, tuple]:
+    """Each expectation's verdict and counts: rows, rows left out (nulls, or the rows a pair's
+    ``ignore_row_if`` drops), unexpected rows."""
+    out = {}
+    for r in results:
+        cfg = r.expectation_config
+        got = r.result or {}
+        kwargs = sorted((k, v) for k, v in cfg.kwargs.items() if k != "batch_id")
+        out[f"{cfg.type} {kwargs}"] = (
+            bool(r.success),
+            got.get("element_count"),
+            got.get("missing_count"),
+            got.get("unexpected_count"),
+        )
+    return out
+
+
+def test_the_one_pass_counts_what_great_expectations_counts(spark, built_copy):
+    """On every suite's frame of the real day and of its corrupted input, the one-query
+    counts (``jobs.stages.one_pass``) judged by Great Expectations give each expectation the
+    verdict, row count, left-out rows and unexpected rows its Spark engine computes itself."""
+    import great_expectations as gx
+
+    s = dataclasses.replace(built_copy, strategy="auto")
+    params = {"feed_k": s.feed_k}
+    ctx = gx.get_context(mode="ephemeral")
+    source = ctx.data_sources.add_spark("oracle", persist=False)
+    compared = 0
+    for name, frames in sorted(corrupted(spark, s).items()):
+        spec = validate.load_suite(name)
+        suite = gx.ExpectationSuite(name=name, expectations=spec["expectations"])
+        batch_def = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("ds")
+        for frame in frames:
+            frame = frame.localCheckpoint()  # the same rows for both
+            batch = batch_def.get_batch(batch_parameters={"dataframe": frame})
+            engine = batch.validate(suite, result_format=COUNTED, expectation_parameters=params)
+            counted = one_pass.suite_results(
+                frame, one_pass.configurations(spec["expectations"], params), COUNTED
+            )
+            assert counted is not None, name
+            assert _counts(counted) == _counts(engine.results), name
+            compared += len(counted)
+    assert compared == 2 * 67  # every expectation of every suite, on both inputs
 
 
 def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, built_copy):
@@ -214,9 +269,10 @@ def test_a_feed_event_missing_from_the_event_store_fails_that_feed_suite(spark, 
             check = checks.pushed_edge_check(check, edge_plan)
         frames[name] = checks.in_store_check(check, broken)
         expected[name] = feed.where(F.col("event_id").isin(lost, shifted)).count()
-    for engine, rows in ENGINES.items():
-        got = _validated(frames, {"feed_k": built_copy.feed_k}, driver_rows=rows)
-        assert set(got["engines"].values()) == {engine}
+    for engine, how in ENGINES.items():
+        got = _validated(frames, {"feed_k": built_copy.feed_k}, **how)
+        # a suite that failed is reported as Great Expectations' engine counted it again
+        assert set(got["engines"].values()) == {"spark" if engine == "one-pass" else engine}
         for name, r in got["suites"].items():
             assert [(f["kwargs"]["column"], f["unexpected_count"]) for f in r["failed"]] == [
                 ("in_event_store", expected[name])
@@ -436,8 +492,28 @@ def test_every_expectation_fails_on_an_input_corrupted_for_it(spark, built_copy)
                 aimed[suite] = keys[round_]
         got = _validated(frames, {"feed_k": built_copy.feed_k}, driver_rows=10**7)
         for suite, key in aimed.items():
-            if key not in {_key(f) for f in got["suites"][suite]["failed"]}:
+            on_pandas = {_key(f): f["unexpected_count"] for f in got["suites"][suite]["failed"]}
+            if key not in on_pandas:
                 missed.append((suite, key))
+            # judged from one query, it fails too, with the pandas engine's count
+            specs = validate.load_suite(suite)["expectations"]
+            params = {"feed_k": built_copy.feed_k}
+            counted = one_pass.suite_results(
+                frames[suite], one_pass.configurations(specs, params), COUNTED
+            )
+            assert counted is not None
+            one_query = {
+                _key(
+                    {
+                        "expectation": r.expectation_config.type,
+                        "kwargs": r.expectation_config.kwargs,
+                    }
+                ): r.result.get("unexpected_count")
+                for r in counted
+                if not r.success
+            }
+            if one_query.get(key) != on_pandas.get(key, "missed"):
+                missed.append((suite, key, "one pass", one_query.get(key), on_pandas.get(key)))
     assert missed == []
 
     # the row accounting's two expectations: a row read and never written (the ingest record
