@@ -152,8 +152,8 @@ def _spark_bound(edges: DataFrame, cap: int, H: float, L: float) -> float:
     mine = _consumer_terms(users, triples, H, L)
     total = _total_cost(_per_feed(eu, mine, _overlap_sizes(triples), H), H)
     row = total.crossJoin(fixed.withColumnRenamed("c", "idle")).first()
-    eu.unpersist()
-    triples.unpersist()
+    for kept in (users, eu, triples):
+        kept.unpersist()
     assert row is not None
     return float(row["c"] or 0.0) + float(row["idle"] or 0.0)
 
@@ -173,7 +173,7 @@ def _idle_cost(edges: DataFrame, L: float) -> DataFrame:
 def _active_edges(edges: DataFrame, cap: int) -> tuple[DataFrame, DataFrame]:
     """The active consumers ``u`` with their counts (``n`` feeds, ``s`` small, ``b`` big),
     theta, summed phi and fewest followers of a feed; and every active edge ``(u, f)`` with
-    its feed's followers ``d``, ``small`` and its consumer's counts, persisted."""
+    its feed's followers ``d``, ``small`` and its consumer's counts; both persisted."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -193,6 +193,8 @@ def _active_edges(edges: DataFrame, cap: int) -> tuple[DataFrame, DataFrame]:
             F.min("d").alias("d_min"),
         )
         .withColumn("b", F.col("n") - F.col("s"))
+        # kept: the edges below and the consumers' terms read it (one row per consumer)
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
     # every edge with its consumer's counts, kept: the pairs and the feeds' prices read it
     eu = e.join(users, "u").persist(StorageLevel.MEMORY_AND_DISK)
