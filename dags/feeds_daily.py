@@ -23,9 +23,10 @@ Tasks pass nothing but the date: stages read and write tables under the warehous
 `validate_tables`, and `publish_day` does not run, so the day is never marked complete.
 
 Manual runs take typed params: `strategy` (serve this strategy instead of the configured
-one), `full_refresh` (rebuild the feeds from all clean events), `allow_empty` (landing
-tables to run as empty after a known upstream outage, e.g. `events,views`) and `accept_gates`
-(gates to accept for the day although they fail, a known anomaly: `volume`, `follows`).
+one), `full_refresh` (rebuild the feeds from all clean events and plan every shared-view part
+afresh), `allow_empty` (landing tables to run as empty after a known upstream outage, e.g.
+`events,views`) and `accept_gates` (gates to accept for the day although they fail, a known
+anomaly: `volume`, `follows`).
 Every task depends on the same task of the previous run (`depends_on_past`), so days run in
 order. Backfills: `airflow backfill create --dag-id feeds_daily --from-date ... --to-date ...
 --reprocess-behavior failed` (see docs/operations.md).
@@ -144,7 +145,9 @@ with DAG(
             description="Serve this strategy (empty: use the configuration, normally auto).",
         ),
         "full_refresh": Param(
-            False, type="boolean", description="Rebuild feeds from all clean events."
+            False,
+            type="boolean",
+            description="Rebuild feeds from all clean events; plan every shared-view part afresh.",
         ),
         "allow_empty": Param(
             "",

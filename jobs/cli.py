@@ -206,7 +206,8 @@ def _full_refresh(p: argparse.ArgumentParser) -> None:
         "--full-refresh",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="rebuild the feeds from all clean events instead of the previous day's feeds",
+        help="rebuild the feeds from all clean events instead of the previous day's feeds, "
+        "and plan every shared-view part afresh instead of keeping the unchanged ones",
     )
 
 

@@ -127,9 +127,11 @@ REGISTRY: tuple[Stage, ...] = (
         "cost every strategy, serve one: edge plan, sources, views",
         "jobs.stages.plan:run",
         reads=("clean/follows", *_RATES),
-        earlier=("plan/edge_plan",),  # the current plan, for the hysteresis band
-        writes=(*_PLAN, "plan/plan_cost"),
+        # the current plan and the parts it was planned in, for the hysteresis band
+        earlier=("plan/edge_plan", "plan/part_plans"),
+        writes=(*_PLAN, "plan/plan_cost", "plan/part_plans"),
         reports=True,
+        options=("full_refresh",),
     ),
     Stage(
         "materialize",

@@ -20,8 +20,10 @@ machine's speed. Simplex on the LP has no limit and gives the same plan on every
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jobs.common.config import Settings
 from jobs.selection import exact
@@ -38,6 +40,9 @@ from jobs.selection.views import (
     view_id,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+
 LP_PAIRS: int = Settings.view_lp_pairs
 """The default ``view_lp_pairs``: parts with at most this many (user, view) pairs, every
 subset of two feeds or more of each follow set, get the LP's plan from ``cz-lp``. On the
@@ -49,6 +54,42 @@ UNION_EDGES = 100_000
 parts of at most this many follows: the cheapest heuristic on the real graphs, whose time on
 one part of ``gplus`` (32,000 users, about 3.5M follows) is what keeps it out of the default
 strategies (docs/benchmarks.md, "Shared-view planning")."""
+
+
+PLANNER_VERSION = 1
+"""Raised whenever :func:`plan_part` may plan the same inputs differently: a part's plan is
+carried over to the next day only under the same version (:func:`fingerprint`)."""
+
+
+def fingerprint(
+    p: Problem,
+    candidates: Sequence[Candidate],
+    ff_push: Mapping[str, Feeds],
+    algorithm: str,
+    lp_pairs: int = LP_PAIRS,
+) -> str:
+    """A digest of everything :func:`plan_part` plans a part from but the rates: its users'
+    follow sets and FF-PerPair's pushes, its candidate views and their users, the algorithm,
+    H, L, the LP's size limit, :data:`UNION_EDGES` and :data:`PLANNER_VERSION`. Two parts
+    with the same fingerprint differ at most in θ and φ. It digests the ``repr`` of nested
+    tuples of strings and numbers, which quotes every string, so no id can pass for a
+    separator."""
+    users = tuple(
+        (u, tuple(sorted(p.follows[u])), tuple(sorted(ff_push.get(u, ()))))
+        for u in sorted(p.follows)
+    )
+    views = sorted((tuple(sorted(c.feeds)), c.users) for c in candidates)
+    head = (PLANNER_VERSION, algorithm, p.push_cost, p.pull_cost, lp_pairs, UNION_EDGES)
+    h = hashlib.sha1(repr((head, users, views)).encode())
+    return h.hexdigest()[:20]
+
+
+def within_band(rate: np.ndarray, reference: np.ndarray, margin: float) -> np.ndarray:
+    """Whether each ``rate`` is within a factor ``1 + margin`` of its ``reference`` either
+    way: the hysteresis band of Feeding Frenzy Section 4.3 (only change a decision when it
+    really changes) applied to the rates a part was planned with. With ``margin = 0`` only
+    the same rate is within; a missing rate (NaN) never is."""
+    return (reference / (1 + margin) <= rate) & (rate <= reference * (1 + margin))
 
 
 @dataclass

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobs.common.config import Settings
-from jobs.common.spark import parallelism
+from jobs.common.spark import empty_frame, parallelism
 from jobs.selection.cost import CostModel
 from jobs.selection.part import LP_PAIRS
+from jobs.selection.views import Candidate, Problem
 
 if TYPE_CHECKING:
     import numpy as np
@@ -407,13 +408,20 @@ def components_on_driver(spark: SparkSession, pairs: list[tuple[str, str]]) -> D
 
 
 PART_ROWS = (
-    "kind string, consumer_id string, producer_id string, mode string, source_id string, "
-    "cost double, ff_cost double"
+    "part string, kind string, consumer_id string, producer_id string, mode string, "
+    "source_id string, cost double, ff_cost double, theta double, phi double, fp string, "
+    "reused boolean"
 )
-"""What the per-part planner returns: ``e`` rows (an edge's mode and source), ``m`` rows (a
-materialized view's producer: source_id = view id) and one ``p`` row per part (source_id =
-part, mode = ``selected``, ``optimal`` (proven optimal: ``cz-lp``) or ``fallback``, the
-part's modeled cost and FF-PerPair's)."""
+"""What the per-part planner returns, and what the plan stage keeps of it for the next day
+(``plan/part_plans``), every row with its ``part``:
+
+* ``e`` rows: an edge's mode and source, with the consumer's ``theta`` and the producer's
+  ``phi`` the part was planned with (the reference rates of the band, :func:`_reusable`);
+* ``m`` rows: a materialized view's producer (source_id = view id);
+* one ``p`` row per part: source_id = part, mode = ``selected``, ``optimal`` (proven optimal:
+  ``cz-lp``) or ``fallback``, the part's modeled cost and FF-PerPair's at the reference
+  rates, the fingerprint ``fp`` of what it was planned from (:func:`jobs.selection.part.
+  fingerprint`), and whether the plan is the previous day's, ``reused``."""
 
 
 def parts(
@@ -471,51 +479,159 @@ def parts(
     ), groups
 
 
-def _planner(algorithm: str, push_cost: float, pull_cost: float, lp_pairs: int):  # type: ignore[no-untyped-def]
-    """The function ``applyInPandas`` runs per group: every part of the group planned alone
-    by :func:`jobs.selection.part.plan_part`."""
+PART_COLUMNS = [c.split()[0] for c in PART_ROWS.split(", ")]
 
-    def run(pdf):  # type: ignore[no-untyped-def]
+
+def _planner(algorithm: str, push_cost: float, pull_cost: float, lp_pairs: int, margin: float):  # type: ignore[no-untyped-def]
+    """The function ``applyInPandas`` runs per group (a cogroup of the group's planner input
+    and the previous day's rows of its parts, :data:`PART_ROWS`): every part of the group
+    planned alone by :func:`jobs.selection.part.plan_part`, unless the previous day planned
+    a part with the same fingerprint at rates within the band ``margin`` of today's
+    (:func:`_reusable`): that part keeps its rows, reference rates included.
+
+    The rows are read column by column into Python lists once per group and each part is a
+    range of them: a part of a user or two is planned in well under a millisecond, and
+    slicing a pandas frame per part (``groupby``, ``itertuples``) cost four times the
+    planning itself (docs/benchmarks.md, "Where a scale-1 day's time goes")."""
+
+    def run(pdf, prev):  # type: ignore[no-untyped-def]
+        import numpy as np
         import pandas as pd
 
         from jobs.selection import part as planning
         from jobs.selection import views
 
-        out: list[tuple[str, str | None, str | None, str | None, str, float | None, float | None]]
-        out = []
-        for part, df in pdf.groupby("part", sort=True):
-            theta: dict[str, float] = {}
-            follows: dict[str, frozenset[str]] = {}
-            phi: dict[str, float] = {}
-            ff_push: dict[str, frozenset[str]] = {}
-            cands: list[views.Candidate] = []
-            for r in df.itertuples(index=False):
-                if r.kind == "u":
-                    feeds = [str(f) for f in r.feeds]
-                    theta[r.id] = float(r.theta)
-                    follows[r.id] = frozenset(feeds)
-                    phi.update(zip(feeds, (float(x) for x in r.phis), strict=True))
-                    ff_push[r.id] = frozenset(f for f, p in zip(feeds, r.push, strict=True) if p)
-            for r in df.itertuples(index=False):
-                if r.kind == "v":
-                    fs = frozenset(str(f) for f in r.feeds)
-                    users = tuple(sorted(str(x) for x in r.users))
-                    upd = sum(phi[f] for f in fs)
-                    cands.append(views.Candidate(fs, users, sum(theta[x] for x in users), upd))
-            cands.sort(key=lambda c: (-len(c.feeds), sorted(c.feeds)))
-            p = views.Problem(theta, follows, phi, push_cost, pull_cost)
+        pdf = pdf.sort_values(["part", "kind"], kind="stable")  # a part's users, then views
+        rows = _Rows(*(pdf[c].tolist() for c in _Rows.COLUMNS))
+        prev = prev.sort_values("part", kind="stable").reset_index(drop=True)
+        before = {k: (a, b) for k, a, b in _runs(prev["part"].to_numpy())}
+        old = _Previous(*(prev[c].to_numpy() for c in _Previous.COLUMNS))
+        out: list[tuple[object, ...]] = []
+        kept: list[np.ndarray] = []
+        for part, a, b in _runs(pdf["part"].to_numpy()):
+            p, cands, ff_push = _part_problem(rows, a, b, push_cost, pull_cost)
+            fp = planning.fingerprint(p, cands, ff_push, algorithm, lp_pairs)
+            span = before.get(part)
+            if span is not None and _reusable(old, span, fp, p, margin):
+                kept.append(np.arange(*span))
+                continue
             res = planning.plan_part(p, cands, algorithm, ff_push, lp_pairs)
             for c, f, mode, src in res.edges:
-                out.append(("e", c, f, mode, src, None, None))
+                out.append(
+                    (part, "e", c, f, mode, src, None, None, p.theta[c], p.phi[f], None, None)
+                )
             for v in res.views:
                 vid = views.view_id(v)
-                out.extend(("m", None, f, None, vid, None, None) for f in sorted(v))
+                out.extend(
+                    (part, "m", None, f, None, vid, None, None, None, None, None, None)
+                    for f in sorted(v)
+                )
             kind = "fallback" if res.fallback else "optimal" if res.optimal else "selected"
-            out.append(("p", None, None, kind, str(part), res.cost, res.ff_cost))
-        cols = ["kind", "consumer_id", "producer_id", "mode", "source_id", "cost", "ff_cost"]
-        return pd.DataFrame(out, columns=cols)
+            head = (kind, str(part), res.cost, res.ff_cost, None, None, fp, False)
+            out.append((part, "p", None, None, *head))
+        planned = pd.DataFrame(out, columns=PART_COLUMNS)
+        if not kept:
+            return planned
+        carried = prev.iloc[np.concatenate(kept)][PART_COLUMNS]
+        carried = carried.assign(reused=carried["kind"] == "p")
+        return carried if planned.empty else pd.concat([planned, carried], ignore_index=True)
 
     return run
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A group's planner input (:func:`_part_rows`), column by column, sorted by part and
+    kind: each part is a range of positions, its ``u`` rows first."""
+
+    COLUMNS = ("kind", "id", "theta", "feeds", "phis", "push", "users")
+    kind: list[str]
+    id: list[str]
+    theta: list[float]
+    feeds: list[Any]
+    phis: list[Any]
+    push: list[Any]
+    users: list[Any]
+
+
+@dataclass(frozen=True)
+class _Previous:
+    """The previous day's rows of a group's parts (:data:`PART_ROWS`), column by column,
+    sorted by part."""
+
+    COLUMNS = ("kind", "consumer_id", "producer_id", "theta", "phi", "fp")
+    kind: np.ndarray
+    consumer_id: np.ndarray
+    producer_id: np.ndarray
+    theta: np.ndarray
+    phi: np.ndarray
+    fp: np.ndarray
+
+
+def _runs(keys: np.ndarray) -> list[tuple[Any, int, int]]:
+    """``(key, start, stop)`` of each run of equal ``keys`` (sorted)."""
+    import numpy as np
+
+    if len(keys) == 0:
+        return []
+    cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    starts = np.concatenate(([0], cuts))
+    stops = np.concatenate((cuts, [len(keys)]))
+    return [(keys[a], int(a), int(b)) for a, b in zip(starts, stops, strict=True)]
+
+
+def _part_problem(
+    rows: _Rows, a: int, b: int, push_cost: float, pull_cost: float
+) -> tuple[Problem, list[Candidate], dict[str, frozenset[str]]]:
+    """The part at positions ``a`` to ``b`` of ``rows`` as the sequential core's problem, its
+    candidate views (in the order of the cap) and the producers FF-PerPair pushes to each
+    user."""
+    from jobs.selection import views
+
+    theta: dict[str, float] = {}
+    follows: dict[str, frozenset[str]] = {}
+    phi: dict[str, float] = {}
+    ff_push: dict[str, frozenset[str]] = {}
+    cands: list[views.Candidate] = []
+    for i in range(a, b):
+        if rows.kind[i] == "u":
+            u, feeds = rows.id[i], [str(f) for f in rows.feeds[i]]
+            theta[u] = float(rows.theta[i])
+            follows[u] = frozenset(feeds)
+            phi.update(zip(feeds, (float(x) for x in rows.phis[i]), strict=True))
+            ff_push[u] = frozenset(f for f, x in zip(feeds, rows.push[i], strict=True) if x)
+        else:  # the part's views, after its users
+            fs = frozenset(str(f) for f in rows.feeds[i])
+            users = tuple(sorted(str(x) for x in rows.users[i]))
+            upd = sum(phi[f] for f in fs)
+            cands.append(views.Candidate(fs, users, sum(theta[x] for x in users), upd))
+    cands.sort(key=lambda c: (-len(c.feeds), sorted(c.feeds)))
+    return views.Problem(theta, follows, phi, push_cost, pull_cost), cands, ff_push
+
+
+def _reusable(old: _Previous, span: tuple[int, int], fp: str, p: Problem, margin: float) -> bool:
+    """Whether a part's previous rows (positions ``span`` of ``old``) still plan it: the same
+    fingerprint ``fp`` (:func:`jobs.selection.part.fingerprint`: members, follow sets,
+    FF-PerPair's pushes, candidate views, prices and planner), and every member's θ and every
+    producer's φ within the band of the rates it was planned with
+    (:func:`jobs.selection.part.within_band`)."""
+    import numpy as np
+
+    from jobs.selection.part import within_band
+
+    a, b = span
+    kind = old.kind[a:b]
+    head = np.flatnonzero(kind == "p")
+    if len(head) != 1 or old.fp[a + head[0]] != fp:
+        return False
+    e = np.flatnonzero(kind == "e") + a
+    nan = float("nan")
+    theta = np.array([p.theta.get(c, nan) for c in old.consumer_id[e]], dtype=np.float64)
+    phi = np.array([p.phi.get(f, nan) for f in old.producer_id[e]], dtype=np.float64)
+    return bool(
+        within_band(theta, old.theta[e].astype(np.float64), margin).all()
+        and within_band(phi, old.phi[e].astype(np.float64), margin).all()
+    )
 
 
 @dataclass(frozen=True)
@@ -524,13 +640,16 @@ class ViewParams:
     ``part_users`` users planned independently, each user weighing at most ``user_views``
     candidate views; the parts' components found on the driver up to ``driver_memberships``
     memberships (``None``: always in Spark); ``cz-lp`` solves the LP over every view on parts
-    of at most ``lp_pairs`` (user, view) pairs (``jobs.selection.part``)."""
+    of at most ``lp_pairs`` (user, view) pairs (``jobs.selection.part``); a part keeps the
+    previous day's plan while its rates stay within ``margin`` of those it was planned with
+    (:func:`select_views`)."""
 
     model: CostModel
     part_users: int = Settings.view_part_users  # the settings' defaults, one home
     user_views: int = Settings.view_user_views
     lp_pairs: int = LP_PAIRS
     driver_memberships: int | None = DRIVER_MEMBERSHIPS
+    margin: float = 0.0
 
 
 def select_views(
@@ -539,15 +658,22 @@ def select_views(
     algorithm: str,
     params: ViewParams,
     timings: dict[str, float] | None = None,
+    previous: DataFrame | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """A shared-view plan (``algorithm``: a key of ``jobs.selection.views.ALGORITHMS``).
 
     ``edges``: the plan stage's edge inputs; ``ff_plan``: FF-PerPair's assignment of the same
     edges (consumer_id, producer_id, mode). Returns ``consumer_id, producer_id, mode,
     source_id`` for every edge (inactive consumers and consumers with one followed producer
-    read the producers' native views), and the ``p`` rows of the parts (see
-    :data:`PART_ROWS`) plus the ``m`` rows, persisted: ``view_id, producer_id`` of every
-    materialized view come from ``kind = 'm'``.
+    read the producers' native views), and the parts' rows (:data:`PART_ROWS`), kept:
+    ``view_id, producer_id`` of every materialized view come from ``kind = 'm'``.
+
+    ``previous``: the previous day's part rows of the same strategy (``plan/part_plans``).
+    A part whose fingerprint is there, and whose members' θ and producers' φ are within
+    ``params.margin`` of the rates it was planned with, keeps those rows instead of being
+    planned again (its ``p`` row says ``reused``); with ``margin = 0`` the result is the
+    same as without ``previous``, only sooner (docs/shared-views.md, "From one day to the
+    next").
 
     ``timings``, when given, receives the wall seconds of the three eager steps: generating
     the candidate views and finding their users (``memberships``), forming the parts
@@ -569,12 +695,20 @@ def select_views(
     lap("memberships")
     where, groups = parts(per_user, memberships, params.part_users, params.driver_memberships)
     lap("parts")
-    rows = _part_rows(per_user, memberships, cands, where).repartition(
-        min(groups, 4 * parallelism(edges.sparkSession)), "grp"
-    )
+    tasks = min(groups, 4 * parallelism(edges.sparkSession))
+    rows = _part_rows(per_user, memberships, cands, where).repartition(tasks, "grp")
+    if previous is None:
+        previous = empty_frame(edges.sparkSession, PART_ROWS)
+    # the previous rows of a part go where the part goes today
+    before = previous.select(
+        *PART_COLUMNS, F.pmod(F.xxhash64("part"), F.lit(groups)).alias("grp")
+    ).repartition(tasks, "grp")
     planned = (
         rows.groupBy("grp")
-        .applyInPandas(_planner(algorithm, push_cost, pull_cost, params.lp_pairs), PART_ROWS)
+        .cogroup(before.groupBy("grp"))
+        .applyInPandas(
+            _planner(algorithm, push_cost, pull_cost, params.lp_pairs, params.margin), PART_ROWS
+        )
         .localCheckpoint()  # planned once; the inputs can be released
     )
     lap("planning")
@@ -582,7 +716,7 @@ def select_views(
     assigned = _assigned(edges, planned)
     per_user.unpersist()
     cands.unpersist()
-    return assigned, planned.where(F.col("kind").isin("m", "p"))
+    return assigned, planned
 
 
 def _follow_sets(act: DataFrame, ff_plan: DataFrame) -> DataFrame:

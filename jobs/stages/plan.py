@@ -69,6 +69,7 @@ class PlanParams:
                 settings.view_part_users,
                 settings.view_user_views,
                 lp_pairs=settings.view_lp_pairs,
+                margin=settings.mode_change_margin,
             ),
         )
 
@@ -94,7 +95,10 @@ def latency_target(settings: Settings) -> LatencyTarget:
 
 
 def assignments(
-    edges: DataFrame, params: PlanParams, timings: dict[str, dict[str, float]] | None = None
+    edges: DataFrame,
+    params: PlanParams,
+    timings: dict[str, dict[str, float]] | None = None,
+    previous: DataFrame | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """Every computed strategy's edge assignment, stacked (column ``strategy``), and the
     shared views' part rows (``strategy`` plus ``jobs.selection.shared.PART_ROWS``).
@@ -102,7 +106,9 @@ def assignments(
     Inactive consumers' edges are pulls under every strategy (``latency.pull_inactive``);
     the latency-constrained strategies start from the FF-PerPair plan after that rule, and
     the shared-view strategies fall back to it part by part where they would cost more.
-    ``timings`` receives each shared-view strategy's step times (``shared.select_views``)."""
+    ``timings`` receives each shared-view strategy's step times (``shared.select_views``);
+    ``previous``: the part rows of the day before (``plan/part_plans``), whose parts the
+    shared-view strategies carry over where nothing moved beyond the band."""
     from pyspark.sql import functions as F
 
     view_rows: list[DataFrame] = []
@@ -127,6 +133,9 @@ def assignments(
                 name,
                 params.views,
                 timings.setdefault(name, {}),
+                None
+                if previous is None
+                else previous.where(F.col("strategy") == name).drop("strategy"),
             )
             view_rows.append(rows.withColumn("strategy", F.lit(name)))
             return feeding_frenzy.with_assignment(e, name, chosen)
@@ -208,14 +217,25 @@ class Plans:
 
 
 def strategy_plans(
-    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, reread: bool = False
+    spark: SparkSession,
+    settings: Settings,
+    ds: dt.date,
+    wh: Storage,
+    reread: bool = False,
+    full_refresh: bool = False,
 ) -> Plans:
     """The plans of every enabled strategy from the data of day ``ds``: its follow graph and
-    rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis). The plan
-    stage serves one of them (and reads the edges again for its certificate: ``reread``);
-    ``feedpipe evaluate`` replays them all on the next day."""
+    rates, with the edge plan served on ``ds - 1`` as the current plan (hysteresis) and the
+    shared-view parts planned on ``ds - 1`` (``plan/part_plans``) carried over where their
+    inputs stayed within the band (:func:`jobs.selection.shared.select_views`; not with
+    ``full_refresh``). The plan stage serves one of them (and reads the edges again for its
+    certificate: ``reread``); ``feedpipe evaluate`` replays them all on the next day."""
     edges, phi = day_edges(spark, settings, ds, wh)
-    return plans_of(edges, settings, phi, reread)
+    previous = None
+    if not full_refresh and any(s in SHARED_VIEW_STRATEGIES for s in settings.served_strategies):
+        c, prev = contract("plan", "part_plans"), ds - dt.timedelta(days=1)
+        previous = read_partition(spark, wh, c, prev) if has_partition(wh, c, prev) else None
+    return plans_of(edges, settings, phi, reread, previous)
 
 
 def day_edges(
@@ -238,7 +258,11 @@ def day_edges(
 
 
 def plans_of(
-    edges: DataFrame, settings: Settings, phi: DataFrame | None = None, reread: bool = False
+    edges: DataFrame,
+    settings: Settings,
+    phi: DataFrame | None = None,
+    reread: bool = False,
+    previous: DataFrame | None = None,
 ) -> Plans:
     """Every enabled strategy's plan of the follow edges ``edges``
     (``feeding_frenzy.edge_inputs``), priced with the cost model; ``edges`` is kept until
@@ -246,7 +270,7 @@ def plans_of(
     (``reread``: the plan stage's certificate, whose Spark computation scans the edges
     several times; kept, it took 8.2 s instead of 12.6 s on the Higgs week's last day,
     docs/tuning.md). ``phi``: producer_id, phi of the shared views' producers (default: the
-    edges' own)."""
+    edges' own); ``previous``: the part rows of the day before (:func:`assignments`)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -256,7 +280,7 @@ def plans_of(
     if reread or len(strategies) > 1 or shared:
         edges = edges.persist(StorageLevel.MEMORY_AND_DISK)
     timings: dict[str, dict[str, float]] = {}
-    stacked, part_rows = assignments(edges, params, timings)
+    stacked, part_rows = assignments(edges, params, timings, previous)
 
     stacked = stacked.persist(StorageLevel.MEMORY_AND_DISK)
     # built now: Spark plans a scan of a kept frame with the frame's partitioning only once
@@ -283,11 +307,15 @@ strategy and follow edge) are built once and scanned by every later step (the co
 plan's range write, the sources), and partitioned by consumer."""
 
 
-def run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> PlanRecord:
+def run(
+    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, full_refresh: bool = False
+) -> PlanRecord:
+    """The stage; ``full_refresh`` plans every shared-view part afresh instead of carrying
+    over those whose inputs stayed within the band."""
     from jobs.common.spark import scoped_conf
 
     with scoped_conf(spark, PLAN_CONF, settings):
-        return _run(spark, settings, ds, wh)
+        return _run(spark, settings, ds, wh, full_refresh)
 
 
 def view_table(served: DataFrame, members: DataFrame, chosen: str) -> DataFrame:
@@ -318,21 +346,26 @@ def view_table(served: DataFrame, members: DataFrame, chosen: str) -> DataFrame:
 
 
 def part_outcome(part_rows: DataFrame, strategies: list[str]) -> dict[str, dict[str, int]]:
-    """Per shared-view strategy: its parts, and how many fell back to FF-PerPair or got the
-    LP's optimum (a few rows reach the driver)."""
+    """Per shared-view strategy: its parts, how many fell back to FF-PerPair or got the
+    LP's optimum, and how many kept the previous day's plan (a few rows reach the driver)."""
     from pyspark.sql import functions as F
 
     outcome = (
         part_rows.where(F.col("kind") == "p")
-        .groupBy("strategy", "mode")
+        .groupBy("strategy", "mode", "reused")
         .agg(F.count("*").alias("n"))
-        .collect()  # at most three rows per shared-view strategy
+        .collect()  # at most six rows per shared-view strategy
     )
-    parts = {s: {"parts": 0, "fallback_parts": 0, "optimal_parts": 0} for s in strategies}
+    parts = {
+        s: {"parts": 0, "fallback_parts": 0, "optimal_parts": 0, "reused_parts": 0}
+        for s in strategies
+    }
     for r in outcome:
         parts[r["strategy"]]["parts"] += r["n"]
         if r["mode"] in ("fallback", "optimal"):
             parts[r["strategy"]][f"{r['mode']}_parts"] += r["n"]
+        if r["reused"]:
+            parts[r["strategy"]]["reused_parts"] += r["n"]
     return parts
 
 
@@ -384,11 +417,13 @@ def certificate_record(
     )
 
 
-def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> PlanRecord:
+def _run(
+    spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage, full_refresh: bool
+) -> PlanRecord:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    plans = strategy_plans(spark, settings, ds, wh, reread=True)
+    plans = strategy_plans(spark, settings, ds, wh, reread=True, full_refresh=full_refresh)
     stacked, part_rows, shared_members, costs = (
         plans.stacked,
         plans.part_rows,
@@ -423,7 +458,10 @@ def _run(spark: SparkSession, settings: Settings, ds: dt.date, wh: Storage) -> P
     write_partition(
         members.select("view_id", "producer_id"), wh, contract("plan", "view_members"), ds
     )
-    parts = part_outcome(part_rows, [s for s in SHARED_VIEW_STRATEGIES if s in rows])
+    shared_strategies = [s for s in SHARED_VIEW_STRATEGIES if s in rows]
+    if shared_strategies:  # the next day's plan carries over what it can of these
+        write_partition(part_rows, wh, contract("plan", "part_plans"), ds)
+    parts = part_outcome(part_rows, shared_strategies)
     for name, seconds in plans.timings.items():
         parts.setdefault(name, {})["seconds"] = seconds  # type: ignore[assignment]
 

@@ -526,3 +526,116 @@ def test_edges_bound_of_a_day_without_active_consumers_is_their_reads():
     for dtype in (bool, object):
         empty = edges.iloc[:0].astype({"active": dtype})
         assert views.edges_lower_bound(empty, H, L) == 0.0
+
+
+def test_the_incremental_plan_equals_a_full_plan(spark):
+    """A day planned from the day before's part rows (``select_views(previous=...)``).
+
+    Eight random problems side by side; on the second day two are as they were, and the others
+    change: a consumer's θ or a producer's φ by 10% (within a 20% band, no edge's preference
+    flipping) or by 4x, a follow added, a consumer gone. With the band at 0 the incremental
+    plan is the full plan of the second day, edge for edge and view for view. With the band at
+    20%, each part whose members, follow sets and preferences are the same on both days and
+    whose rates moved within the band keeps the first day's plan, and every other part gets
+    the second day's: both derived here from the two days' full plans and the inputs. A
+    previous plan made with other settings is never carried over."""
+    from pyspark.sql import functions as F
+
+    from jobs.selection import feeding_frenzy, shared
+
+    one = side_by_side([random_problem(seed, n_feeds=6, n_users=8) for seed in range(20, 28)])
+    theta, phi = dict(one.theta), dict(one.phi)
+    follows = {u: set(fs) for u, fs in one.follows.items()}
+
+    def prefers(t: float, x: float) -> bool:
+        return t * L >= x * H
+
+    def flips(u: str, t: float) -> bool:
+        return any(prefers(t, phi[f]) != prefers(theta[u], phi[f]) for f in follows[u])
+
+    users_of = {i: sorted(u for u in theta if u.startswith(f"{i}-")) for i in range(8)}
+    # block 2: a consumer's θ up 10%, no preference flipping; block 3: a θ times 4
+    u2 = next(u for u in users_of[2] if len(follows[u]) > 1 and not flips(u, theta[u] * 1.1))
+    theta[u2] *= 1.1
+    theta[users_of[3][0]] *= 4
+    # block 4: a producer's φ up 10%, no preference flipping
+    f4 = next(
+        f
+        for f in sorted(x for x in phi if x.startswith("4-"))
+        if not any(prefers(theta[u], phi[f]) != prefers(theta[u], phi[f] * 1.1) for u in theta)
+    )
+    phi[f4] *= 1.1
+    # block 5: a follow added; block 6: a consumer gone
+    u5 = next(u for u in users_of[5] if len(follows[u]) < 6)
+    follows[u5].add(next(f"5-f{i}" for i in range(6) if f"5-f{i}" not in follows[u5]))
+    del follows[users_of[6][0]], theta[users_of[6][0]]
+    two = views.Problem(theta, {u: frozenset(fs) for u, fs in follows.items()}, phi, H, L)
+
+    def frames(p: views.Problem):
+        e = edges_frame(spark, p).withColumn("active", F.lit(True))
+        e = e.withColumn("current_mode", F.lit(None).cast("string"))
+        ff = feeding_frenzy.ff_per_pair(e.withColumn("ratio", F.col("theta") / F.col("phi")), H / L)
+        return e, ff.select("consumer_id", "producer_id", "mode")
+
+    def plan(p: views.Problem, margin: float = 0.0, previous=None, lp_pairs: int = part.LP_PAIRS):
+        params = shared.ViewParams(CostModel(H, L), 1000, 1000, lp_pairs, margin=margin)
+        assigned, rows = shared.select_views(*frames(p), "cz-lp", params, previous=previous)
+        rows = rows.persist()
+        edges = sorted(tuple(r) for r in assigned.collect())
+        views_of: dict[str, set[str]] = {}
+        for r in rows.where(F.col("kind") == "m").collect():
+            views_of.setdefault(r.part, set()).add(r.source_id)
+        heads = {r.part: r.reused for r in rows.where(F.col("kind") == "p").collect()}
+        return edges, views_of, heads, rows
+
+    e1, v1, _, rows1 = plan(one)
+    e2, v2, heads2, _ = plan(two)
+
+    # the band at 0: the full plan, only the unchanged parts carried over
+    got, got_views, heads, _ = plan(two, 0.0, rows1)
+    assert got == e2 and got_views == v2
+
+    user_part = {}
+    for r in rows1.where(F.col("kind") == "e").select("part", "consumer_id").distinct().collect():
+        user_part[r.consumer_id] = r.part
+    parts1: dict[str, set[str]] = {}
+    for u, p_ in user_part.items():
+        parts1.setdefault(p_, set()).add(u)
+
+    def unchanged(users: set[str], band: float) -> bool:
+        def near(a: float, b: float) -> bool:
+            return b / (1 + band) <= a <= b * (1 + band)
+
+        return all(
+            u in one.theta
+            and one.follows[u] == two.follows[u]
+            and near(two.theta[u], one.theta[u])
+            and all(
+                near(two.phi[f], one.phi[f])
+                and prefers(two.theta[u], two.phi[f]) == prefers(one.theta[u], one.phi[f])
+                for f in two.follows[u]
+            )
+            for u in users
+        )
+
+    same_parts = {p_ for p_, us in parts1.items() if p_ in heads2 and unchanged(us, 0.0)}
+    assert {p_ for p_, reused in heads.items() if reused} == same_parts
+    assert 0 < len(same_parts) < len(heads2)
+
+    # the band at 20%: the first day's plan of every part that stayed within it
+    got, got_views, heads, _ = plan(two, 0.2, rows1)
+    kept = {p_ for p_, us in parts1.items() if p_ in heads2 and unchanged(us, 0.2)}
+    assert kept > same_parts  # the 10% moves are within the band
+    assert {p_ for p_, reused in heads.items() if reused} == kept
+    kept_users = set().union(*(parts1[p_] for p_ in kept))
+    expected = sorted(
+        [e for e in e1 if e[0] in kept_users] + [e for e in e2 if e[0] not in kept_users]
+    )
+    assert got == expected
+    assert got_views == {
+        p_: (v1 if p_ in kept else v2)[p_] for p_ in heads2 if p_ in (v1 if p_ in kept else v2)
+    }
+
+    # a previous plan made with other settings (the LP off) is planned again
+    _, _, heads, _ = plan(two, 0.2, rows1, lp_pairs=0)
+    assert not any(heads.values())
