@@ -57,8 +57,9 @@ strategies (docs/benchmarks.md, "Shared-view planning")."""
 
 
 PLANNER_VERSION = 1
-"""Raised whenever :func:`plan_part` may plan the same inputs differently: a part's plan is
-carried over to the next day only under the same version (:func:`fingerprint`)."""
+"""Raised whenever :func:`plan_part` may plan the same inputs differently (or
+:func:`fingerprint` digests them differently): a part's plan is carried over to the next day
+only under the same version."""
 
 
 def fingerprint(

@@ -505,6 +505,8 @@ def _planner(algorithm: str, push_cost: float, pull_cost: float, lp_pairs: int, 
         rows = _Rows(*(pdf[c].tolist() for c in _Rows.COLUMNS))
         prev = prev.sort_values("part", kind="stable").reset_index(drop=True)
         before = {k: (a, b) for k, a, b in _runs(prev["part"].to_numpy())}
+        heads = prev[prev["kind"] == "p"]
+        fps = dict(zip(heads["part"].tolist(), heads["fp"].tolist(), strict=True))
         old = _Previous(*(prev[c].to_numpy() for c in _Previous.COLUMNS))
         out: list[tuple[object, ...]] = []
         kept: list[np.ndarray] = []
@@ -512,7 +514,7 @@ def _planner(algorithm: str, push_cost: float, pull_cost: float, lp_pairs: int, 
             p, cands, ff_push = _part_problem(rows, a, b, push_cost, pull_cost)
             fp = planning.fingerprint(p, cands, ff_push, algorithm, lp_pairs)
             span = before.get(part)
-            if span is not None and _reusable(old, span, fp, p, margin):
+            if span is not None and fps.get(part) == fp and _reusable(old, span, fp, p, margin):
                 kept.append(np.arange(*span))
                 continue
             res = planning.plan_part(p, cands, algorithm, ff_push, lp_pairs)
