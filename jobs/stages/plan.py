@@ -459,8 +459,9 @@ def _run(
         members.select("view_id", "producer_id"), wh, contract("plan", "view_members"), ds
     )
     shared_strategies = [s for s in SHARED_VIEW_STRATEGIES if s in rows]
-    if shared_strategies:  # the next day's plan carries over what it can of these
-        write_partition(part_rows, wh, contract("plan", "part_plans"), ds)
+    # the next day's plan carries over what it can of these (none without shared views: the
+    # table is still written, so a day always has the tables its stage declares)
+    write_partition(part_rows, wh, contract("plan", "part_plans"), ds)
     parts = part_outcome(part_rows, shared_strategies)
     for name, seconds in plans.timings.items():
         parts.setdefault(name, {})["seconds"] = seconds  # type: ignore[assignment]
